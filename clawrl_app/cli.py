@@ -1,0 +1,346 @@
+"""`clawrl-app` command line: launch, serve, doctor, config, openclaw-config, sessions."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+from typing import Any
+
+from clawrl_app import __version__
+from clawrl_app.config import ConfigError, LoadedSettings, describe, load_settings
+from clawrl_app.paths import AppPaths, app_paths
+
+EPILOG = "Settings: config.toml in the config dir < CLAWRL_<SECTION>__<KEY> env vars < flags."
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model",
+        dest="model.path",
+        metavar="SPEC",
+        help="policy model: HF dir, hub id or .gguf (default: embedded SmolLM2-135M)",
+    )
+    p.add_argument("--host", dest="server.host", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", dest="server.port", type=int, help="endpoint port (default 30000)")
+    p.add_argument(
+        "--backend",
+        dest="hardware.backend",
+        choices=["auto", "torch", "sglang"],
+        help="serving backend",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="clawrl-app",
+        epilog=EPILOG,
+        description="Train your own agent by using it: a local OpenAI-compatible endpoint that "
+        "records every turn, judges it and fine-tunes the model in the background.",
+    )
+    parser.add_argument("--version", action="version", version=f"clawrl-app {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("launch", help="start the engine and the terminal UI", epilog=EPILOG)
+    _common(p)
+    p = sub.add_parser("serve", help="start the engine headless (endpoint + loops)", epilog=EPILOG)
+    _common(p)
+    p = sub.add_parser("doctor", help="explain hardware, plan, model, store and key storage")
+    _common(p)
+    p.add_argument("--no-model", action="store_true", help="skip resolving/converting the model")
+
+    p = sub.add_parser("config", help="show the effective settings and where each came from")
+    csub = p.add_subparsers(dest="config_command", metavar="ACTION")
+    csub.add_parser("show", help="print every setting, its value, source and meaning")
+    csub.add_parser("path", help="print the config file path")
+
+    p = sub.add_parser(
+        "openclaw-config", help="print the OpenClaw provider block for this endpoint"
+    )
+    _common(p)
+    p.add_argument(
+        "--compact",
+        action="store_true",
+        help="also print the small-prompt OpenClaw settings (for small-context models)",
+    )
+
+    p = sub.add_parser("sessions", help="list recorded sessions, or show one")
+    ssub = p.add_subparsers(dest="sessions_command", metavar="ACTION")
+    show = ssub.add_parser("show", help="print a session with its turns")
+    show.add_argument("session_id")
+    p.add_argument("--limit", type=int, default=50, help="how many sessions to list")
+
+    p = sub.add_parser("api-key", help="print the endpoint's API key and where it is stored")
+    return parser
+
+
+def _load(args: argparse.Namespace, paths: AppPaths) -> LoadedSettings:
+    flags = {k: v for k, v in vars(args).items() if "." in k}
+    return load_settings(paths.config_file, cli=flags)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.command is None:
+        parser.print_help()
+        return 0
+    paths = app_paths()
+    try:
+        loaded = _load(args, paths)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    handler = COMMANDS[args.command]
+    try:
+        return handler(args, loaded, paths)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # user-facing errors: one line, what to do next
+        from clawrl_app.hardware import PlanError
+        from clawrl_app.models import ModelError
+
+        if isinstance(exc, ModelError | PlanError | OSError):
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        raise
+
+
+def cmd_serve(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    from clawrl_app.engine.orchestrator import Engine
+
+    async def run() -> None:
+        engine = Engine(loaded.settings, paths)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        await engine.start()
+        print(
+            f"clawrl-app serving {engine.model.name if engine.model else '?'} at {engine.url}"
+            f" (model alias '{loaded.settings.server.model_alias}'). Ctrl-C stops.",
+            flush=True,
+        )
+        if engine.api_key:
+            print("API key required: see `clawrl-app api-key`.", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            print("stopping...", flush=True)
+            await engine.stop()
+
+    asyncio.run(run())
+    return 0
+
+
+def cmd_launch(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    print(
+        "The terminal UI is not built yet (issue #6): starting the headless engine instead.",
+        flush=True,
+    )
+    return cmd_serve(args, loaded, paths)
+
+
+def cmd_doctor(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    from clawrl_app.api_key import keyring_backend
+    from clawrl_app.hardware import ModelInfo, PlanError, format_plan, inventory, plan
+
+    inv = inventory()
+    print(f"clawrl-app {__version__} doctor\n")
+    print("Hardware")
+    print(f"  CPU cores: {inv.cpu_count}, RAM: {inv.ram_gib:.1f} GiB")
+    if inv.gpus:
+        for g in inv.gpus:
+            print(f"  GPU {g.index}: {g.name}, {g.memory_gib:.0f} GiB")
+    else:
+        print("  GPUs: none found (nvidia-smi absent or no device)")
+    print(
+        f"  sglang importable: {'yes' if inv.sglang_available else 'no (pip install clawrl-app[sglang] on a GPU machine)'}"
+    )
+    info: ModelInfo | None = None
+    print("\nModel")
+    if args.no_model:
+        print("  (skipped: --no-model)")
+        info = ModelInfo.estimate("SmolLM2-135M-Instruct", 0.135, 8192)
+    else:
+        from clawrl_app.models import read_model_config, resolve_model
+
+        m = resolve_model(loaded.settings.model.path, paths)
+        info = ModelInfo.from_hf_config(m.name, read_model_config(m.path))
+        print(f"  {m.name} ({m.source}) at {m.path}")
+        print(f"  {info.params_b:.3f} B parameters, context {m.context_length} tokens")
+    print("\nPlan")
+    try:
+        print("  " + format_plan(plan(inv, info, loaded.settings)).replace("\n", "\n  "))
+    except PlanError as exc:
+        print(f"  cannot plan: {exc}")
+    print("\nStore and secrets")
+    print(
+        f"  store: {paths.store_file}{'' if paths.store_file.exists() else ' (created on first start)'}"
+    )
+    print(
+        f"  config file: {paths.config_file}{'' if paths.config_file.exists() else ' (none; defaults)'}"
+    )
+    kb = keyring_backend()
+    print(
+        f"  keyring backend: {kb or f'none: the API key falls back to a 0600 file ({paths.api_key_file})'}"
+    )
+    return 0
+
+
+def cmd_config(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    if args.config_command == "path":
+        print(paths.config_file)
+        return 0
+    for key, value, source, doc in describe(loaded):
+        print(f"{key} = {json.dumps(value)}    # {source}")
+        if doc:
+            print(f"    {doc}")
+    return 0
+
+
+def cmd_openclaw_config(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    from clawrl_app.api_key import get_api_key, is_loopback
+
+    s = loaded.settings
+    needs_key = s.server.require_api_key or not is_loopback(s.server.host)
+    key = get_api_key(paths) if needs_key else None
+    ctx, max_tokens = 8192, s.server.default_max_tokens
+    if s.model.path:
+        from clawrl_app.models import resolve_model
+
+        with contextlib.suppress(Exception):
+            ctx = resolve_model(s.model.path, paths, progress=False).context_length
+    host = "127.0.0.1" if s.server.host in ("0.0.0.0", "::") else s.server.host
+    print(
+        json.dumps(
+            openclaw_block(
+                host,
+                s.server.port,
+                s.server.model_alias,
+                key.value if key else "local",
+                ctx,
+                max_tokens,
+            ),
+            indent=2,
+        )
+    )
+    if args.compact or ctx < 16384:
+        print(
+            "\n# The model's context is small: also put these in openclaw.json so OpenClaw's "
+            "prompt (~2k tokens) fits:"
+        )
+        print(json.dumps(COMPACT_OPENCLAW, indent=2))
+    return 0
+
+
+COMPACT_OPENCLAW: dict[str, Any] = {
+    "tools": {"profile": "minimal"},
+    "agents": {"defaults": {"skipBootstrap": True, "contextInjection": "never"}},
+}
+
+
+def openclaw_block(
+    host: str, port: int, alias: str, api_key: str, context_window: int, max_tokens: int
+) -> dict[str, Any]:
+    """The `models.providers.clawrl` entry of ~/.openclaw/openclaw.json."""
+    return {
+        "models": {
+            "providers": {
+                "clawrl": {
+                    "baseUrl": f"http://{host}:{port}/v1",
+                    "apiKey": api_key,
+                    "api": "openai-completions",
+                    "models": [
+                        {
+                            "id": alias,
+                            "name": f"clawrl-app ({alias})",
+                            "reasoning": False,
+                            "input": ["text"],
+                            "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
+                            "contextWindow": context_window,
+                            "maxTokens": max_tokens,
+                        }
+                    ],
+                }
+            }
+        }
+    }
+
+
+def cmd_sessions(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    from clawrl_app.engine.store import Store
+
+    if not paths.store_file.exists():
+        print("No store yet: start the app (`make run` or `clawrl-app serve`) and chat with it.")
+        return 0
+    store = Store(paths.store_file)
+    try:
+        if args.sessions_command == "show":
+            sess = store.get_session(args.session_id)
+            if sess is None:
+                print(
+                    f"error: no session {args.session_id!r}; `clawrl-app sessions` lists them.",
+                    file=sys.stderr,
+                )
+                return 1
+            print(
+                f"session {sess.id}  source={sess.source}  review={sess.review_state}"
+                f"  closed={sess.close_reason or 'open'}"
+            )
+            for t in store.turns_for_session(sess.id):
+                last = (t.request.get("messages") or [{}])[-1]
+                print(
+                    f"\n[{t.idx}] {t.type} turn, policy {t.policy_version}, "
+                    f"{t.completion_tokens} tokens, {t.latency_ms:.0f} ms"
+                )
+                print(f"  {last.get('role', '?')}: {str(last.get('content', ''))[:300]}")
+                print(f"  assistant: {t.response_text[:300]}")
+            return 0
+        rows = store.list_sessions(limit=args.limit)
+        if not rows:
+            print("No sessions recorded yet.")
+        for sess in rows:
+            turns = store.turns_for_session(sess.id)
+            mains = sum(1 for t in turns if t.type == "main")
+            print(
+                f"{sess.id:40s} {sess.source:9s} {mains:3d} main / {len(turns) - mains:2d} side"
+                f"  {sess.review_state:9s} {sess.close_reason or 'open'}"
+            )
+        return 0
+    finally:
+        store.close()
+
+
+def cmd_api_key(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    from clawrl_app.api_key import get_api_key
+
+    key = get_api_key(paths)
+    assert key is not None
+    print(key.value)
+    print(f"# stored in {key.stored_in}", file=sys.stderr)
+    return 0
+
+
+COMMANDS = {
+    "launch": cmd_launch,
+    "serve": cmd_serve,
+    "doctor": cmd_doctor,
+    "config": cmd_config,
+    "openclaw-config": cmd_openclaw_config,
+    "sessions": cmd_sessions,
+    "api-key": cmd_api_key,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())

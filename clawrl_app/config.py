@@ -1,0 +1,286 @@
+"""One typed settings object, layered: defaults < TOML file < env vars < CLI flags.
+
+Every field has a docstring (shown by `clawrl-app config show`). Env vars are
+`CLAWRL_<SECTION>__<KEY>` (e.g. `CLAWRL_TRAIN__BATCH_SIZE=8`) plus the upstream names
+listed in `UPSTREAM_ENV`. Invalid values fail at start with the key, the source and the
+allowed values; `load_settings` records where each effective value came from.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+class ServerSettings(_Section):
+    host: str = "127.0.0.1"
+    """Bind address. Anything but loopback requires an API key."""
+    port: int = 30000
+    """TCP port of the OpenAI-compatible endpoint (0 = pick a free port)."""
+    model_alias: str = "clawrl"
+    """Stable model name clients configure; it always means the current policy."""
+    require_api_key: bool = False
+    """Require `Authorization: Bearer <key>` even on loopback (always on for other binds)."""
+    max_body_bytes: int = 8 * 1024 * 1024
+    """Largest accepted request body; bigger bodies get 413."""
+    max_queue: int = 64
+    """Requests waiting for the backend before new ones get 503 with Retry-After."""
+    session_idle_s: float = 900.0
+    """A session with no request for this long is closed (its last turn gets no next state)."""
+    default_max_tokens: int = 512
+    """Answer length when the request sets neither max_tokens nor max_completion_tokens."""
+
+
+class ModelSettings(_Section):
+    path: str | None = None
+    """Policy model: a local HF dir, a hub id, a .gguf file; empty = the embedded SmolLM2-135M."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Weights dtype for the torch backend (auto: float32 on CPU, bfloat16 on GPU)."""
+    max_batch: int = 8
+    """Most concurrent requests the torch backend decodes together in one batch."""
+
+
+class HardwareSettings(_Section):
+    backend: Literal["auto", "torch", "sglang"] = "auto"
+    """Serving backend; auto picks sglang when GPUs and the sglang package exist."""
+    num_gpus: int | None = None
+    """Use at most this many GPUs (upstream NUM_GPUS)."""
+    actor_gpus: int | None = None
+    """GPUs for the trainer (upstream ACTOR_GPUS)."""
+    rollout_gpus: int | None = None
+    """GPUs for serving (upstream ROLLOUT_GPUS)."""
+    prm_gpus: int | None = None
+    """GPUs for the judge (upstream PRM_GPUS); 0 = judge shares the serving engine."""
+    sglang_python: str | None = None
+    """Python interpreter that has sglang installed (it pins its own torch)."""
+    sglang_mem_fraction: float | None = None
+    """Override the plan's --mem-fraction-static for SGLang."""
+
+
+class JudgeSettings(_Section):
+    backend: Literal["auto", "policy", "openai", "heuristic"] = "auto"
+    """Who scores turns: auto picks heuristic for small policies, policy for capable ones."""
+    model_path: str | None = None
+    """Separate judge model (upstream PRM_MODEL_PATH); empty = the policy's base weights."""
+    votes: int = 3
+    """PRM votes per turn (majority vote)."""
+    temperature: float = 0.6
+    """Sampling temperature of judge votes."""
+    max_tokens: int = 1024
+    """Judge answer budget; a vote that runs out fails instead of blocking."""
+    openai_url: str | None = None
+    """Base URL of an OpenAI-compatible judge when backend = openai."""
+    openai_model: str | None = None
+    """Model name at that judge endpoint."""
+
+
+class TrainSettings(_Section):
+    method: Literal["rl", "opd", "combine", "topk-opd"] = "combine"
+    """Objective: binary RL, on-policy distillation, their combination, or top-k OPD."""
+    mode: Literal["auto", "lora", "qlora", "full"] = "auto"
+    """LoRA, 4-bit base + LoRA (CUDA only), or full fine-tuning; auto follows the plan."""
+    batch_size: int | None = None
+    """Samples per optimizer step; empty = 16 on GPU, 4 for the embedded CPU model."""
+    lr: float | None = None
+    """AdamW learning rate; empty = 1e-4 for LoRA, 1e-5 for full."""
+    lora_rank: int = 16
+    """LoRA rank r."""
+    lora_alpha: int = 32
+    """LoRA alpha."""
+    schedule: str = "always"
+    """`always`, or a cron expression (e.g. `0 1 * * *`) for when training may run."""
+    when_idle_s: float = 0.0
+    """Train only after this many seconds without user requests (0 = any time)."""
+
+
+class ReviewSettings(_Section):
+    mode: Literal["auto", "manual"] = "auto"
+    """auto: samples become eligible after grace_s unless excluded; manual: approved only."""
+    grace_s: float = 60.0
+    """Seconds between a judgment and its sample becoming trainable in auto mode."""
+
+
+class Settings(_Section):
+    """The effective configuration of one run."""
+
+    server: ServerSettings = ServerSettings()
+    """The OpenAI-compatible endpoint."""
+    model: ModelSettings = ModelSettings()
+    """The policy model."""
+    hardware: HardwareSettings = HardwareSettings()
+    """GPU partition and serving backend."""
+    judge: JudgeSettings = JudgeSettings()
+    """The process reward model."""
+    train: TrainSettings = TrainSettings()
+    """The background trainer."""
+    review: ReviewSettings = ReviewSettings()
+    """The review gate before training."""
+
+
+UPSTREAM_ENV: dict[str, tuple[str, str]] = {
+    "MODEL_PATH": ("model", "path"),
+    "PRM_MODEL_PATH": ("judge", "model_path"),
+    "NUM_GPUS": ("hardware", "num_gpus"),
+    "ACTOR_GPUS": ("hardware", "actor_gpus"),
+    "ROLLOUT_GPUS": ("hardware", "rollout_gpus"),
+    "PRM_GPUS": ("hardware", "prm_gpus"),
+    "PORT": ("server", "port"),
+}
+ENV_PREFIX = "CLAWRL_"
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message names the key, its source and what is allowed."""
+
+
+@dataclass
+class LoadedSettings:
+    """Settings plus where each non-default value came from (`section.key` -> source)."""
+
+    settings: Settings
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def source_of(self, dotted: str) -> str:
+        return self.sources.get(dotted, "default")
+
+
+def _sections() -> dict[str, type[_Section]]:
+    return {
+        name: f.annotation  # type: ignore[misc]
+        for name, f in Settings.model_fields.items()
+    }
+
+
+def _put(
+    layers: dict[str, dict[str, Any]],
+    sources: dict[str, str],
+    section: str,
+    key: str,
+    value: Any,
+    source: str,
+) -> None:
+    sections = _sections()
+    if section not in sections:
+        raise ConfigError(
+            f"Unknown config section '{section}' (from {source}). "
+            f"Allowed sections: {', '.join(sections)}."
+        )
+    if key not in sections[section].model_fields:
+        allowed = ", ".join(sections[section].model_fields)
+        raise ConfigError(
+            f"Unknown setting '{section}.{key}' (from {source}). Allowed keys: {allowed}."
+        )
+    if isinstance(value, str) and value == "" and source.startswith("env"):
+        value = None
+    layers.setdefault(section, {})[key] = value
+    sources[f"{section}.{key}"] = source
+
+
+def _from_toml(path: Path, layers: dict[str, dict[str, Any]], sources: dict[str, str]) -> None:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}. Fix or remove the file.") from exc
+    for section, table in data.items():
+        if not isinstance(table, dict):
+            raise ConfigError(
+                f"'{section}' in {path} must be a [section] table, e.g. [{section}] key = value."
+            )
+        for key, value in table.items():
+            _put(layers, sources, section, key, value, f"file {path}")
+
+
+def _from_env(
+    env: Mapping[str, str], layers: dict[str, dict[str, Any]], sources: dict[str, str]
+) -> None:
+    for name, (section, key) in UPSTREAM_ENV.items():
+        if name in env:
+            _put(layers, sources, section, key, env[name], f"env {name}")
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        section, _, key = name[len(ENV_PREFIX) :].lower().partition("__")
+        _put(layers, sources, section, key, value, f"env {name}")
+
+
+def load_settings(
+    config_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    cli: Mapping[str, Any] | None = None,
+) -> LoadedSettings:
+    """Build the effective settings; raise ConfigError naming key, source and allowed values.
+
+    `cli` maps dotted keys (`server.port`) to values; None values are ignored.
+    """
+    layers: dict[str, dict[str, Any]] = {}
+    sources: dict[str, str] = {}
+    if config_file is not None and config_file.exists():
+        _from_toml(config_file, layers, sources)
+    _from_env(os.environ if env is None else env, layers, sources)
+    for dotted, value in (cli or {}).items():
+        if value is None:
+            continue
+        section, _, key = dotted.partition(".")
+        _put(layers, sources, section, key, value, f"flag --{key.replace('_', '-')}")
+    try:
+        settings = Settings.model_validate(layers)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, layers, sources)) from None
+    return LoadedSettings(settings, sources)
+
+
+def _explain(
+    exc: ValidationError, layers: dict[str, dict[str, Any]], sources: dict[str, str]
+) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"][:2]]
+        dotted = ".".join(loc)
+        value = layers.get(loc[0], {}).get(loc[1]) if len(loc) == 2 else None
+        src = sources.get(dotted, "default")
+        allowed = _allowed(loc)
+        lines.append(
+            f"Invalid setting {dotted} = {value!r} (from {src}): {err['msg']}."
+            + (f" Allowed: {allowed}." if allowed else "")
+        )
+    return (
+        "\n".join(lines) + "\nFix the value, or run `clawrl-app config show` to see every setting."
+    )
+
+
+def _allowed(loc: list[str]) -> str:
+    if len(loc) != 2 or loc[0] not in _sections():
+        return ""
+    f = _sections()[loc[0]].model_fields.get(loc[1])
+    if f is None:
+        return ""
+    ann = str(f.annotation).replace("typing.", "")
+    return ann.replace("<class '", "").replace("'>", "")
+
+
+def describe(loaded: LoadedSettings) -> list[tuple[str, Any, str, str]]:
+    """Rows of (dotted key, effective value, source, docstring) for `config show`."""
+    rows = []
+    for section_name in Settings.model_fields:
+        section = getattr(loaded.settings, section_name)
+        for key, f in type(section).model_fields.items():
+            dotted = f"{section_name}.{key}"
+            rows.append(
+                (dotted, getattr(section, key), loaded.source_of(dotted), f.description or "")
+            )
+    return rows

@@ -1,0 +1,231 @@
+"""The OpenAI-compatible HTTP endpoint (FastAPI), served by uvicorn on loopback.
+
+Routes: POST /v1/chat/completions (streaming and not), GET /v1/models, GET /healthz,
+GET /readyz. Every error has OpenAI's shape; bad input never gets a 500.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from clawrl_app.engine.backends.base import BackendError
+from clawrl_app.engine.chat_service import ChatDelta, ChatResult, ChatService, PreparedChat
+from clawrl_app.engine.openai_schema import ApiError, chunk, completion_id, now_s, usage
+from clawrl_app.engine.sessions import is_truthy
+
+log = logging.getLogger("clawrl.api")
+
+
+def error_response(err: ApiError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+
+def create_app(
+    service: ChatService,
+    *,
+    api_key: str | None = None,
+    max_body_bytes: int = 8 * 1024 * 1024,
+    ready: Any = lambda: True,
+) -> FastAPI:
+    """The endpoint app. `api_key` None = no auth (loopback only); `ready()` backs /readyz."""
+    app = FastAPI(title="clawrl-app", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.service = service
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
+        return error_response(ApiError(exc.status_code, str(exc.detail), type=kind))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(ApiError(400, f"Invalid request: {exc.errors()[:1]}"))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error")
+        return error_response(
+            ApiError(500, "Internal error; see the app log.", type="server_error")
+        )
+
+    async def authorized(request: Request) -> None:
+        """Dependency of every non-public route: the bearer key when one is configured."""
+        if not api_key:
+            return
+        given = request.headers.get("authorization", "")
+        token = given[7:] if given.lower().startswith("bearer ") else ""
+        if not hmac.compare_digest(token.encode(), api_key.encode()):
+            raise ApiError(
+                401,
+                "Incorrect or missing API key. Send 'Authorization: Bearer <key>' "
+                "(see `clawrl-app openclaw-config`).",
+                code="invalid_api_key",
+            )
+
+    @app.exception_handler(BackendError)
+    async def _backend_error(_: Request, exc: BackendError) -> JSONResponse:
+        return error_response(
+            ApiError(
+                503,
+                f"The model backend failed: {exc}",
+                type="server_error",
+                headers={"Retry-After": "1"},
+            )
+        )
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        ok = bool(ready())
+        return JSONResponse(
+            {"ready": ok, "version": service.backend.active_version}, status_code=200 if ok else 503
+        )
+
+    @app.get("/v1/models", dependencies=[Depends(authorized)])
+    async def models() -> dict[str, Any]:
+        created = now_s()
+        data = [
+            {"id": name, "object": "model", "created": created, "owned_by": "clawrl-app"}
+            for name in service.model_names()
+        ]
+        data[0]["current_version"] = service.model_name(service.backend.active_version)
+        return {"object": "list", "data": data}
+
+    @app.post("/v1/chat/completions", dependencies=[Depends(authorized)])
+    async def chat(request: Request) -> Response:
+        payload = await _read_json(request, max_body_bytes)
+        h = request.headers
+        prep = service.prepare(
+            payload,
+            header_session=h.get("x-session-id") or None,
+            header_turn_type=h.get("x-turn-type") or None,
+            header_done=is_truthy(h.get("x-session-done")),
+            source_hint=_source_hint(h.get("user-agent", "")),
+        )
+        events = service.start(prep)
+        if prep.request.stream:
+            return StreamingResponse(
+                _sse(prep, events),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+        return JSONResponse(await _collect(prep, events))
+
+    return app
+
+
+async def _read_json(request: Request, limit: int) -> Any:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(
+            413,
+            f"Request body is {declared} bytes; the limit is {limit} (server.max_body_bytes).",
+            code="request_too_large",
+        )
+    body = bytearray()
+    async for part in request.stream():
+        body.extend(part)
+        if len(body) > limit:
+            raise ApiError(
+                413,
+                f"Request body exceeds {limit} bytes (server.max_body_bytes).",
+                code="request_too_large",
+            )
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"The body is not valid JSON: {exc}.") from None
+
+
+def _source_hint(user_agent: str) -> str | None:
+    return "openclaw" if "openclaw" in user_agent.lower() else None
+
+
+async def _collect(
+    prep: PreparedChat, events: AsyncIterator[ChatDelta | ChatResult]
+) -> dict[str, Any]:
+    result: ChatResult | None = None
+    async for ev in events:
+        if isinstance(ev, ChatResult):
+            result = ev
+    assert result is not None
+    message: dict[str, Any] = {"role": "assistant", "content": result.content or None}
+    if result.tool_calls:
+        message["tool_calls"] = result.tool_calls
+    elif message["content"] is None:
+        message["content"] = ""
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": message,
+        "finish_reason": result.finish_reason,
+        "logprobs": None,
+    }
+    if prep.request.logprobs:
+        choice["logprobs"] = {"content": [t.as_openai() for t in result.logprobs]}
+    return {
+        "id": completion_id(),
+        "object": "chat.completion",
+        "created": now_s(),
+        "model": prep.model_name,
+        "choices": [choice],
+        "usage": usage(result.prompt_tokens, result.completion_tokens),
+    }
+
+
+async def _sse(
+    prep: PreparedChat, events: AsyncIterator[ChatDelta | ChatResult]
+) -> AsyncIterator[str]:
+    cid, created, model = completion_id(), now_s(), prep.model_name
+
+    def line(obj: dict[str, Any]) -> str:
+        return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+    try:
+        yield line(chunk(cid, model, created, {"role": "assistant", "content": ""}))
+        async for ev in events:
+            if isinstance(ev, ChatDelta):
+                yield line(chunk(cid, model, created, {"content": ev.text}, logprobs=ev.logprobs))
+                continue
+            for i, call in enumerate(ev.tool_calls):
+                yield line(chunk(cid, model, created, {"tool_calls": [{"index": i, **call}]}))
+            yield line(chunk(cid, model, created, {}, finish_reason=ev.finish_reason))
+            opts = prep.request.stream_options
+            if opts is not None and opts.include_usage:
+                yield line(
+                    {
+                        "id": cid,
+                        "object": "chat.completion.chunk",
+                        "created": created,
+                        "model": model,
+                        "choices": [],
+                        "usage": usage(ev.prompt_tokens, ev.completion_tokens),
+                    }
+                )
+        yield "data: [DONE]\n\n"
+    except (ApiError, BackendError) as exc:  # failed after the stream started: error event, done
+        err = exc if isinstance(exc, ApiError) else ApiError(503, str(exc), type="server_error")
+        yield line(err.body())
+        yield "data: [DONE]\n\n"
+    finally:
+        await _aclose(events)
+
+
+async def _aclose(it: AsyncIterator[Any]) -> None:
+    aclose = getattr(it, "aclose", None)
+    if aclose is not None:
+        await aclose()

@@ -1,0 +1,70 @@
+"""Pure sampling math for the torch backend: next-token choice and behaviour log-probs.
+
+Convention (shared with the trainer): the behaviour log-prob of a token is taken under
+`softmax(logits / T)` with the request's temperature T, before any top-p truncation;
+greedy requests (T = 0) record log-probs under T = 1. top-p only narrows what is sampled.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def logprob_temperature(temperature: float) -> float:
+    """The temperature under which behaviour log-probs are recorded (greedy -> 1.0)."""
+    return temperature if temperature > 0 else 1.0
+
+
+def sample_next(
+    logits_BV: torch.Tensor,
+    temperatures: list[float],
+    top_ps: list[float],
+    generators: list[torch.Generator | None],
+    top_k_logprobs: int = 0,
+) -> tuple[list[int], list[float], list[list[tuple[int, float]]]]:
+    """Pick one token per row; return (token ids, their log-probs, top-k alternatives per row).
+
+    Rows are sampled independently so each request keeps its own seed and settings.
+    """
+    logits_BV = logits_BV.float()
+    ids: list[int] = []
+    lps: list[float] = []
+    tops: list[list[tuple[int, float]]] = []
+    for b in range(logits_BV.shape[0]):
+        t = temperatures[b]
+        logp_V = torch.log_softmax(logits_BV[b] / logprob_temperature(t), dim=-1)  # (V,)
+        if t <= 0:
+            tok = int(torch.argmax(logits_BV[b]).item())
+        else:
+            probs_V = logp_V.exp()
+            probs_V = _top_p_filter(probs_V, top_ps[b])
+            tok = int(torch.multinomial(probs_V, 1, generator=generators[b]).item())
+        ids.append(tok)
+        lps.append(float(logp_V[tok].item()))
+        if top_k_logprobs > 0:
+            vals, idx = torch.topk(logp_V, top_k_logprobs)
+            tops.append(
+                [(int(i), float(v)) for i, v in zip(idx.tolist(), vals.tolist(), strict=True)]
+            )
+        else:
+            tops.append([])
+    return ids, lps, tops
+
+
+def _top_p_filter(probs_V: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Zero out the tail beyond cumulative probability `top_p` (the top token always stays)."""
+    if top_p >= 1.0:
+        return probs_V
+    sorted_p, order = torch.sort(probs_V, descending=True)
+    cum = torch.cumsum(sorted_p, dim=-1)
+    drop = (cum - sorted_p) >= top_p  # keep tokens until the mass before them reaches top_p
+    sorted_p = sorted_p.masked_fill(drop, 0.0)
+    out = torch.zeros_like(probs_V).scatter(0, order, sorted_p)
+    return out / out.sum()
+
+
+def continuation_logprobs(logits_TV: torch.Tensor, target_ids: list[int]) -> list[float]:
+    """Log-probs (T = 1) of `target_ids` given logits at the positions that predict them."""
+    logp_TV = torch.log_softmax(logits_TV.float(), dim=-1)  # (T, V)
+    idx = torch.tensor(target_ids, dtype=torch.long).unsqueeze(-1)  # (T, 1)
+    return logp_TV.gather(-1, idx).squeeze(-1).tolist()

@@ -1,0 +1,474 @@
+"""The GPU serving backend: an SGLang server (usually our child process) over HTTP.
+
+Generation uses SGLang's native `POST /generate` with token ids in and token ids plus
+per-token log-probs out, so the app owns the exact prompt ids, sampled ids and their
+behaviour log-probs. Policy versions are LoRA adapters loaded at run time under
+never-reused names; `base` is the model without an adapter.
+
+Streaming format (SGLang 0.5.23, `managers/tokenizer_manager.py` `_handle_batch_output`
+and `_wait_one_response`, `entrypoints/http_server.py` `generate_request`): the reply is
+`text/event-stream` with `data: {json}` events and a final `data: [DONE]`. Unless the
+server runs with `--incremental-streaming-output` (default off; we never pass it), every
+event is CUMULATIVE: `text`, `output_ids` and `meta_info.output_token_logprobs` (and
+`output_top_logprobs`) hold everything generated so far, and when the client is slow
+SGLang sends only the newest state, so one event can add several tokens. We therefore
+emit only the suffix past what was already yielded. Errors raised before the first
+token arrive as `data: {"error": {"message": ...}}`; aborts arrive as
+`finish_reason: {"type": "abort", "status_code": ..., "message": ...}`.
+
+Covered by contract tests against `tests/sglang_standin.py`; only a GPU run can confirm
+that a real server accepts this exact launch argv, that `output_ids` include the matched
+EOS/stop token, that scoring's first `input_token_logprobs` entry is the null one at
+`logprob_start_len`, and that `lora_path` by adapter name selects the adapter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from clawrl_app.engine.backends.base import (
+    BackendError,
+    BackendInfo,
+    BackendOverloaded,
+    Finished,
+    FinishReason,
+    GenerationEvent,
+    GenerationRequest,
+    TokenOut,
+    UnknownVersion,
+)
+from clawrl_app.engine.backends.sglang_launch import SGLangServer
+
+log = logging.getLogger("clawrl.sglang")
+BASE_VERSION = "base"
+_FINISH_TYPES: dict[str, FinishReason] = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+class SGLangBackend:
+    """Serve policy versions from an SGLang server through its native HTTP API."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None,
+        model_name: str,
+        context_length: int,
+        eos_token_ids: tuple[int, ...],
+        server: SGLangServer | None = None,
+        timeout_s: float = 600.0,
+        admin_timeout_s: float = 300.0,
+        unload_timeout_s: float = 60.0,
+        abort_timeout_s: float = 5.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self._model_name = model_name
+        self._context_length = context_length
+        self._eos = tuple(eos_token_ids)
+        self._server = server
+        self._timeout = httpx.Timeout(timeout_s, connect=10.0)
+        self._admin_timeout_s = admin_timeout_s
+        self._unload_timeout_s = unload_timeout_s
+        self._abort_timeout_s = abort_timeout_s
+        self._client: httpx.AsyncClient | None = None
+        self._active = BASE_VERSION
+        self._loaded: dict[str, Path] = {}
+        self._used_names: set[str] = {BASE_VERSION}
+        self._inflight: Counter[str] = Counter()
+        self._background: set[asyncio.Task[None]] = set()
+        self.model_info: dict[str, Any] = {}
+        """The reply of `GET /model_info` at start (model_path, weight_version, ...)."""
+
+    # -- lifecycle -------------------------------------------------------------------
+    @property
+    def active_version(self) -> str:
+        return self._active
+
+    def inflight(self, version: str) -> int:
+        """Requests (generations and scorings) currently running on `version`."""
+        return self._inflight[version]
+
+    def info(self) -> BackendInfo:
+        return BackendInfo(
+            model_name=self._model_name,
+            context_length=self._context_length,
+            eos_token_ids=self._eos,
+            versions=[BASE_VERSION, *self._loaded],
+        )
+
+    async def start(self) -> None:
+        """Launch the server (when we own one), then check `/model_info`."""
+        try:
+            if self._server is not None:
+                await self._server.start()
+            if self._client is None:
+                headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+                self._client = httpx.AsyncClient(
+                    base_url=self.base_url, headers=headers, timeout=self._timeout
+                )
+            reply = await self._request("GET", "/model_info", None, self._admin_timeout_s)
+            if not isinstance(reply, dict) or reply.get("is_generation") is False:
+                raise BackendError(f"SGLang at {self.base_url} does not serve a generation model")
+        except BaseException:
+            await self.stop()  # never leave a half-started child behind
+            raise
+        self.model_info = reply
+
+    async def stop(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        if self._server is not None:
+            await self._server.stop()
+
+    # -- requests --------------------------------------------------------------------
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        """Admit the request now on its version (raising UnknownVersion at once) and stream."""
+        version = request.version or self._active
+        self._require_version(version)
+        return _Admitted(self, version, self._stream(request, version))
+
+    async def _stream(
+        self, request: GenerationRequest, version: str
+    ) -> AsyncIterator[GenerationEvent]:
+        payload = self._generate_payload(request, version)
+        emitted = 0
+        streaming = done = False
+        try:
+            async with self._http().stream("POST", "/generate", json=payload) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    _raise_for_status("/generate", response)
+                streaming = True
+                async for chunk in _sse_events(response):
+                    tokens, finish = _parse_chunk(chunk, emitted)
+                    for token in tokens:
+                        emitted += 1
+                        yield token
+                    if finish is not None:
+                        done = True
+                        yield _finished(finish, chunk, version, request, emitted)
+                        return
+            raise BackendError("SGLang /generate stream ended without a finish_reason")
+        except httpx.TransportError as exc:
+            raise BackendError(f"SGLang /generate failed: {exc!r}") from exc
+        except (GeneratorExit, asyncio.CancelledError, BackendError):
+            if streaming and not done:  # we stop reading mid-answer: free SGLang's slot
+                await self._abort(request.request_id)
+            raise
+
+    def _generate_payload(self, request: GenerationRequest, version: str) -> dict[str, Any]:
+        p = request.params
+        sampling: dict[str, Any] = {
+            "max_new_tokens": p.max_new_tokens,
+            "temperature": p.temperature,
+            "top_p": p.top_p,
+        }
+        stop_ids = list(dict.fromkeys((*p.stop_token_ids, *self._eos)))
+        if stop_ids:
+            sampling["stop_token_ids"] = stop_ids
+        if p.seed is not None:
+            sampling["sampling_seed"] = p.seed
+        payload: dict[str, Any] = {
+            "input_ids": list(request.prompt_ids),
+            "sampling_params": sampling,
+            "rid": request.request_id,
+            "return_logprob": True,
+            "stream": True,
+        }
+        if p.top_logprobs > 0:
+            payload["top_logprobs_num"] = p.top_logprobs
+        if version != BASE_VERSION:
+            payload["lora_path"] = version
+        return payload
+
+    async def _abort(self, rid: str) -> None:
+        """Ask SGLang to drop a request whose reader went away (best effort)."""
+
+        async def send() -> None:
+            try:
+                await self._request("POST", "/abort_request", {"rid": rid}, self._abort_timeout_s)
+            except BackendError as exc:
+                log.warning("could not abort SGLang request %s: %s", rid, exc)
+
+        task = asyncio.ensure_future(send())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        await asyncio.shield(task)  # a second cancellation must not lose the abort
+
+    async def score(
+        self, prompt_ids: list[int], response_ids: list[int], version: str | None = None
+    ) -> list[float]:
+        """Log-probs of `response_ids` after `prompt_ids` from one prefill (no sampling)."""
+        if not response_ids:
+            return []
+        if not prompt_ids:
+            raise ValueError("scoring needs at least one prompt token")
+        if len(prompt_ids) + len(response_ids) > self._context_length:
+            raise BackendError("prompt + response exceed the model's context window")
+        v = version or BASE_VERSION
+        self._require_version(v)
+        payload: dict[str, Any] = {
+            "input_ids": [*prompt_ids, *response_ids],
+            "sampling_params": {"max_new_tokens": 0},
+            "rid": f"score-{uuid.uuid4().hex}",
+            "return_logprob": True,
+            "logprob_start_len": len(prompt_ids) - 1,
+        }
+        if v != BASE_VERSION:
+            payload["lora_path"] = v
+        self._inflight[v] += 1
+        try:
+            reply = await self._request("POST", "/generate", payload, self._timeout.read)
+        finally:
+            self._inflight[v] -= 1
+        return _response_logprobs(reply, response_ids)
+
+    # -- versions --------------------------------------------------------------------
+    async def load_adapter(self, version: str, path: Path) -> None:
+        """`POST /load_lora_adapter` under a name never used before (even after a failure)."""
+        if version in self._used_names:
+            raise BackendError(f"version name {version!r} is already used; never reuse one")
+        self._used_names.add(version)
+        body = {"lora_name": version, "lora_path": str(path)}
+        await self._admin("/load_lora_adapter", body, self._admin_timeout_s)
+        self._loaded[version] = path
+        log.info("loaded adapter %s from %s", version, path)
+
+    async def activate(self, version: str) -> None:
+        self._require_version(version)
+        self._active = version
+        log.info("new requests now use %s", version)
+
+    async def unload_adapter(self, version: str) -> None:
+        """Stop admitting `version`, wait for its in-flight requests, then unload it.
+
+        An unload that times out is logged, not raised: SGLang finishes it on its own
+        (it has been reported to hang after n > 1 sampling, which we never send).
+        """
+        if version == BASE_VERSION:
+            raise BackendError("the base version cannot be unloaded")
+        if version not in self._loaded:
+            raise UnknownVersion(version)
+        if version == self._active:
+            raise BackendError(f"{version} is being served; activate another version first")
+        del self._loaded[version]  # no new admissions from here on
+        while self._inflight[version] > 0:
+            await asyncio.sleep(0.02)
+        try:
+            await self._admin(
+                "/unload_lora_adapter", {"lora_name": version}, self._unload_timeout_s
+            )
+        except _AdminTimeout:
+            log.warning(
+                "SGLang did not confirm unloading %s within %g s; it stays loaded until it does",
+                version,
+                self._unload_timeout_s,
+            )
+            return
+        log.info("unloaded adapter %s", version)
+
+    def _require_version(self, version: str) -> None:
+        if version != BASE_VERSION and version not in self._loaded:
+            raise UnknownVersion(version)
+
+    # -- HTTP ------------------------------------------------------------------------
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            raise BackendError("the SGLang backend is not started")
+        return self._client
+
+    async def _admin(self, route: str, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        reply = await self._request("POST", route, body, timeout_s)
+        if not isinstance(reply, dict) or reply.get("success") is not True:
+            raise BackendError(f"SGLang {route} failed: {_excerpt(json.dumps(reply))}")
+        return reply
+
+    async def _request(
+        self, method: str, route: str, body: dict[str, Any] | None, timeout_s: float | None
+    ) -> Any:
+        try:
+            response = await self._http().request(method, route, json=body, timeout=timeout_s)
+        except httpx.TimeoutException as exc:
+            raise _AdminTimeout(f"SGLang {route} timed out after {timeout_s} s") from exc
+        except httpx.TransportError as exc:
+            raise BackendError(f"SGLang {route} failed: {exc!r}") from exc
+        _raise_for_status(route, response)
+        if not response.content:
+            return {}
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise BackendError(
+                f"SGLang {route} answered non-JSON: {_excerpt(response.text)}"
+            ) from exc
+
+
+class _AdminTimeout(BackendError):
+    """A call to SGLang got no answer within its client-side timeout."""
+
+
+class _Admitted:
+    """A generation stream that holds its version's in-flight count until it ends.
+
+    The count is taken at admission (the `generate` call) and released exactly once:
+    at the end of the stream, on `aclose()`, or when the stream is dropped unread.
+    """
+
+    def __init__(self, backend: SGLangBackend, version: str, inner: AsyncIterator[GenerationEvent]):
+        self._backend = backend
+        self._version = version
+        self._inner = inner
+        self._held = True
+        backend._inflight[version] += 1
+
+    def __aiter__(self) -> _Admitted:
+        return self
+
+    async def __anext__(self) -> GenerationEvent:
+        try:
+            return await self._inner.__anext__()
+        except BaseException:
+            self._release()
+            raise
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()  # type: ignore[attr-defined]
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self._held:
+            self._held = False
+            self._backend._inflight[self._version] -= 1
+
+    def __del__(self) -> None:
+        self._release()
+
+
+async def _sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON payloads of `data:` lines until `data: [DONE]`."""
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[len("data:") :].strip()
+        if data == "[DONE]":
+            return
+        try:
+            event = json.loads(data)
+        except ValueError as exc:
+            raise BackendError(
+                f"SGLang /generate sent a malformed event: {_excerpt(data)}"
+            ) from exc
+        if isinstance(event, dict):
+            yield event
+
+
+def _parse_chunk(
+    chunk: dict[str, Any], emitted: int
+) -> tuple[list[TokenOut], dict[str, Any] | None]:
+    """The tokens a cumulative chunk adds past `emitted`, and its finish_reason (or None)."""
+    if "error" in chunk:
+        error = chunk["error"]
+        message = error.get("message") if isinstance(error, dict) else error
+        raise BackendError(f"SGLang /generate failed: {message}")
+    meta = chunk.get("meta_info") or {}
+    entries = meta.get("output_token_logprobs") or []
+    tops = meta.get("output_top_logprobs") or []
+    output_ids = chunk.get("output_ids")
+    if len(entries) < emitted:
+        raise BackendError(
+            "SGLang sent a non-cumulative stream; launch it without --incremental-streaming-output"
+        )
+    tokens = []
+    for i in range(emitted, len(entries)):
+        logprob, token_id = entries[i][0], int(entries[i][1])
+        if logprob is None:
+            raise BackendError(f"SGLang sent no log-prob for output position {i}")
+        if isinstance(output_ids, list) and len(output_ids) > i and output_ids[i] != token_id:
+            raise BackendError(f"SGLang output_ids and logprobs disagree at position {i}")
+        top = tuple(
+            (int(t[1]), float(t[0])) for t in (tops[i] if i < len(tops) and tops[i] else ())
+        )
+        tokens.append(TokenOut(token_id=token_id, logprob=float(logprob), top_logprobs=top))
+    finish = meta.get("finish_reason")
+    return tokens, finish if isinstance(finish, dict) else None
+
+
+def _finished(
+    finish: dict[str, Any],
+    chunk: dict[str, Any],
+    version: str,
+    request: GenerationRequest,
+    emitted: int,
+) -> Finished:
+    meta = chunk.get("meta_info") or {}
+    reason = _FINISH_TYPES.get(str(finish.get("type")), "abort")
+    if reason == "abort" and emitted == 0:
+        status = finish.get("status_code")
+        message = finish.get("message", "aborted")
+        if status == 503:
+            raise BackendOverloaded(f"SGLang /generate: {message}")
+        if isinstance(status, int) and status >= 400:
+            raise BackendError(f"SGLang /generate aborted ({status}): {message}")
+    completion = meta.get("completion_tokens", emitted)
+    if reason != "abort" and completion != emitted:
+        raise BackendError(
+            f"SGLang reported {completion} completion tokens but streamed {emitted}; "
+            "is it running with --incremental-streaming-output?"
+        )
+    return Finished(
+        reason=reason,
+        policy_version=version,
+        prompt_tokens=int(meta.get("prompt_tokens", len(request.prompt_ids))),
+        completion_tokens=emitted,
+    )
+
+
+def _response_logprobs(reply: Any, response_ids: list[int]) -> list[float]:
+    """Drop the leading `[null, id, null]` entry and check the ids against the response."""
+    entries = (
+        (reply.get("meta_info") or {}).get("input_token_logprobs")
+        if isinstance(reply, dict)
+        else None
+    )
+    if not isinstance(entries, list) or len(entries) != len(response_ids) + 1:
+        got = len(entries) if isinstance(entries, list) else None
+        raise BackendError(
+            f"SGLang scoring returned {got} input log-prob entries; expected {len(response_ids) + 1}"
+        )
+    values = []
+    for entry, expected in zip(entries[1:], response_ids, strict=True):
+        if entry[0] is None or int(entry[1]) != expected:
+            raise BackendError(
+                f"SGLang scoring misaligned: got {entry[:2]}, expected id {expected}"
+            )
+        values.append(float(entry[0]))
+    return values
+
+
+def _raise_for_status(route: str, response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    message = f"SGLang {route} answered {response.status_code}: {_excerpt(response.text)}"
+    if response.status_code == 503:
+        raise BackendOverloaded(message)
+    raise BackendError(message)
+
+
+def _excerpt(text: str, limit: int = 300) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -1,0 +1,383 @@
+"""The embedded serving backend: transformers + peft in-process, continuous batching.
+
+One worker thread owns the model. Requests are prefilled one by one and merged into the
+decode batch of their policy version; each loop iteration decodes one token for every
+active batch (round-robin over versions, so a newly published adapter never waits for
+the old version's answers to finish). Between steps the worker runs queued commands
+(load/unload adapters) and at most one scoring job, so user requests keep priority.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from clawrl_app.engine.backends.base import (
+    BackendError,
+    BackendInfo,
+    BackendOverloaded,
+    Finished,
+    GenerationEvent,
+    GenerationRequest,
+    TokenOut,
+    UnknownVersion,
+)
+from clawrl_app.engine.backends.kv_batch import DecodeBatch
+from clawrl_app.engine.backends.sampling import continuation_logprobs, sample_next
+
+log = logging.getLogger("clawrl.torch_backend")
+BASE_VERSION = "base"
+
+
+@dataclass(eq=False)
+class _Row:
+    """One request in flight on the worker thread."""
+
+    request: GenerationRequest
+    emit: Callable[[GenerationEvent], None]
+    version: str = BASE_VERSION
+    generator: torch.Generator | None = None
+    next_id: int = 0
+    produced: int = 0
+    total_len: int = 0
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+class TorchBackend:
+    """In-process backend for the embedded model (CPU) or a small GPU."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        model_name: str,
+        context_length: int,
+        max_batch: int = 8,
+        max_queue: int = 64,
+    ) -> None:
+        self._model = model
+        self._tokenizer = tokenizer
+        self._model_name = model_name
+        self._context_length = context_length
+        self._max_batch = max_batch
+        self._max_queue = max_queue
+        self._eos = _eos_ids(tokenizer)
+        self._pending: queue.Queue[_Row] = queue.Queue()
+        self._commands: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
+        self._scores: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
+        self._wake = threading.Event()
+        self._batches: dict[str, DecodeBatch] = {}
+        self._versions: dict[str, Path | None] = {BASE_VERSION: None}
+        self._active = BASE_VERSION
+        self._inflight: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self.busy_since: float | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+    @property
+    def active_version(self) -> str:
+        return self._active
+
+    def info(self) -> BackendInfo:
+        return BackendInfo(
+            model_name=self._model_name,
+            context_length=self._context_length,
+            eos_token_ids=self._eos,
+            versions=list(self._versions),
+        )
+
+    async def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="torch-backend", daemon=True)
+            self._thread.start()
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 10)
+            self._thread = None
+
+    # -- requests --------------------------------------------------------------------
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
+        """Queue the request now (raising BackendOverloaded at once) and stream its events."""
+        if self._pending.qsize() >= self._max_queue:
+            raise BackendOverloaded(f"{self._pending.qsize()} requests already waiting")
+        if request.version is not None and request.version not in self._versions:
+            raise UnknownVersion(request.version)
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[GenerationEvent | BaseException] = asyncio.Queue()
+
+        def emit(ev: GenerationEvent | BaseException) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, ev)
+
+        row = _Row(request=request, emit=emit)  # type: ignore[arg-type]
+        self._pending.put(row)
+        self._wake.set()
+        return self._stream(row, events)
+
+    async def _stream(
+        self, row: _Row, events: asyncio.Queue[GenerationEvent | BaseException]
+    ) -> AsyncIterator[GenerationEvent]:
+        try:
+            while True:
+                ev = await events.get()
+                if isinstance(ev, BaseException):
+                    raise ev
+                yield ev
+                if isinstance(ev, Finished):
+                    return
+        finally:
+            row.cancelled.set()  # no-op when finished; cancels when the client went away
+
+    async def score(
+        self, prompt_ids: list[int], response_ids: list[int], version: str | None = None
+    ) -> list[float]:
+        if not response_ids:
+            return []
+        if len(prompt_ids) + len(response_ids) > self._context_length:
+            raise BackendError("prompt + response exceed the model's context window")
+        v = version or BASE_VERSION
+        if v not in self._versions:
+            raise UnknownVersion(v)
+        return await self._submit(
+            self._scores, lambda: self._score_now(prompt_ids, response_ids, v)
+        )
+
+    async def load_adapter(self, version: str, path: Path) -> None:
+        if version in self._versions:
+            raise BackendError(f"version name {version!r} is already used; never reuse one")
+        await self._submit(self._commands, lambda: self._load_now(version, path))
+        self._versions[version] = path
+
+    async def activate(self, version: str) -> None:
+        if version not in self._versions:
+            raise UnknownVersion(version)
+        self._active = version
+
+    async def unload_adapter(self, version: str) -> None:
+        if version == BASE_VERSION:
+            raise BackendError("the base version cannot be unloaded")
+        if version == self._active:
+            raise BackendError(f"{version} is being served; activate another version first")
+        while self._inflight.get(version, 0) > 0:  # its in-flight answers finish first
+            await asyncio.sleep(0.05)
+        self._versions.pop(version, None)
+        await self._submit(self._commands, lambda: self._model.delete_adapter(version))
+
+    async def _submit(
+        self, q: queue.Queue[tuple[Callable[[], Any], Future[Any]]], fn: Callable[[], Any]
+    ) -> Any:
+        if self._thread is None:
+            raise BackendError("backend is not started")
+        fut: Future[Any] = Future()
+        q.put((fn, fut))
+        self._wake.set()
+        return await asyncio.wrap_future(fut)
+
+    # -- worker thread ---------------------------------------------------------------
+    def _run(self) -> None:
+        torch.set_grad_enabled(False)
+        while not self._stopping.is_set():
+            if (
+                not self._batches
+                and self._pending.empty()
+                and self._commands.empty()
+                and self._scores.empty()
+            ):
+                self.busy_since = None
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            self.busy_since = self.busy_since or time.monotonic()
+            try:
+                self._run_commands()
+                self._admit()
+                if not self._batches:
+                    self._run_one(self._scores)  # scoring only when no answer is decoding
+                for version in list(self._batches):
+                    self._decode_step(version)
+                if self._batches and not self._scores.empty() and self._pending.empty():
+                    self._run_one(self._scores)  # interleave: one score per decode round
+            except Exception as exc:  # keep serving; fail only the rows involved
+                log.exception("torch backend step failed")
+                self._fail_all(BackendError(f"generation failed: {exc}"))
+        self._fail_all(BackendError("backend stopped"))
+
+    def _run_commands(self) -> None:
+        while not self._commands.empty():
+            self._run_one(self._commands)
+
+    @staticmethod
+    def _run_one(q: queue.Queue[tuple[Callable[[], Any], Future[Any]]]) -> None:
+        try:
+            fn, fut = q.get_nowait()
+        except queue.Empty:
+            return
+        try:
+            fut.set_result(fn())
+        except Exception as exc:
+            fut.set_exception(exc)
+
+    def _admit(self) -> None:
+        room = self._max_batch - sum(b.size for b in self._batches.values())
+        while room > 0:
+            try:
+                row = self._pending.get_nowait()
+            except queue.Empty:
+                return
+            if row.cancelled.is_set():
+                continue
+            row.version = row.request.version or self._active
+            if row.version not in self._versions:
+                row.emit(UnknownVersion(row.version))  # type: ignore[arg-type]
+                continue
+            self._inflight[row.version] = self._inflight.get(row.version, 0) + 1
+            if row.request.params.seed is not None:
+                row.generator = torch.Generator().manual_seed(row.request.params.seed)
+            single = self._prefill(row)
+            if single is None:
+                continue
+            if row.version in self._batches:
+                self._batches[row.version].merge(single)
+            else:
+                self._batches[row.version] = single
+            room -= 1
+
+    def _prefill(self, row: _Row) -> DecodeBatch | None:
+        from transformers import DynamicCache
+
+        ids = row.request.prompt_ids
+        cache = DynamicCache()
+        with self._adapter(row.version):
+            out = self._model(
+                input_ids=torch.tensor([ids], dtype=torch.long),
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+        row.total_len = len(ids)
+        batch = DecodeBatch(
+            cache=out.past_key_values, mask_BT=torch.ones(1, len(ids), dtype=torch.long)
+        )
+        batch.rows.append(row)
+        if self._emit_tokens(batch, out.logits[:, -1, :]):
+            return batch
+        return None
+
+    def _decode_step(self, version: str) -> None:
+        batch = self._batches[version]
+        alive = [i for i, r in enumerate(batch.rows) if not r.cancelled.is_set()]
+        self._drop(batch, alive)
+        if not batch.rows:
+            del self._batches[version]
+            return
+        inputs = batch.step_inputs([r.next_id for r in batch.rows])
+        with self._adapter(version):
+            out = self._model(**inputs, past_key_values=batch.cache, use_cache=True)
+        batch.cache = out.past_key_values
+        if not self._emit_tokens(batch, out.logits[:, -1, :]):
+            del self._batches[version]
+
+    def _emit_tokens(self, batch: DecodeBatch, logits_BV: torch.Tensor) -> bool:
+        """Sample one token per row, stream it, drop finished rows; False when none remain."""
+        rows = batch.rows
+        params = [r.request.params for r in rows]
+        ids, lps, tops = sample_next(
+            logits_BV,
+            [p.temperature for p in params],
+            [p.top_p for p in params],
+            [r.generator for r in rows],
+            max(p.top_logprobs for p in params),
+        )
+        keep = []
+        for i, row in enumerate(rows):
+            p = params[i]
+            top = tuple(tops[i][: p.top_logprobs])
+            row.emit(TokenOut(ids[i], lps[i], top))
+            row.produced += 1
+            row.total_len += 1
+            row.next_id = ids[i]
+            reason = None
+            if ids[i] in self._eos or ids[i] in p.stop_token_ids:
+                reason = "stop"
+            elif row.produced >= p.max_new_tokens or row.total_len >= self._context_length:
+                reason = "length"
+            if reason is None and not row.cancelled.is_set():
+                keep.append(i)
+                continue
+            if reason is not None:
+                row.emit(
+                    Finished(reason, row.version, len(row.request.prompt_ids), row.produced)  # type: ignore[arg-type]
+                )
+            self._inflight[row.version] -= 1
+        self._drop(batch, keep, count_inflight=False)
+        return bool(batch.rows)
+
+    def _drop(self, batch: DecodeBatch, keep: list[int], count_inflight: bool = True) -> None:
+        if count_inflight:
+            for i, row in enumerate(batch.rows):
+                if i not in keep:
+                    self._inflight[row.version] -= 1
+        batch.keep(keep)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        for batch in self._batches.values():
+            for row in batch.rows:
+                row.emit(exc)  # type: ignore[arg-type]
+                self._inflight[row.version] -= 1
+        self._batches.clear()
+        while not self._pending.empty():
+            self._pending.get_nowait().emit(exc)  # type: ignore[arg-type]
+
+    def _adapter(self, version: str) -> AbstractContextManager[Any]:
+        """Select `version` for the next forward pass (base = adapters disabled)."""
+        if not hasattr(self._model, "set_adapter") or not hasattr(self._model, "peft_config"):
+            return nullcontext()
+        if version == BASE_VERSION:
+            return self._model.disable_adapter()  # type: ignore[no-any-return]
+        self._model.set_adapter(version)
+        return nullcontext()
+
+    def _load_now(self, version: str, path: Path) -> None:
+        from peft import PeftModel
+
+        if isinstance(self._model, PeftModel):
+            self._model.load_adapter(str(path), adapter_name=version)
+        else:
+            self._model = PeftModel.from_pretrained(self._model, str(path), adapter_name=version)
+        self._model.eval()
+
+    def _score_now(
+        self, prompt_ids: list[int], response_ids: list[int], version: str
+    ) -> list[float]:
+        ids = torch.tensor([prompt_ids + response_ids], dtype=torch.long)
+        with self._adapter(version):
+            logits = self._model(input_ids=ids, use_cache=False).logits[0]  # (T, V)
+        start = len(prompt_ids) - 1
+        return continuation_logprobs(logits[start : start + len(response_ids)], response_ids)
+
+
+def _eos_ids(tokenizer: Any) -> tuple[int, ...]:
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    for tok in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
+        tid = tokenizer.convert_tokens_to_ids(tok)
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid >= 0:
+            ids.add(tid)
+    return tuple(sorted(ids))

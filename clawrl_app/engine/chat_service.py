@@ -1,0 +1,353 @@
+"""One chat turn, independent of HTTP: session, prompt ids, generation, recording.
+
+Used by the OpenAI endpoint and by the TUI's chat pane, so every conversation is
+recorded the same way: prompt ids, the *sampled* response ids with their behaviour
+log-probs (never re-tokenized), the policy version, latency and usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from clawrl_app.engine.backends.base import (
+    Backend,
+    BackendOverloaded,
+    Finished,
+    GenerationRequest,
+    SamplingParams,
+    TokenOut,
+    UnknownVersion,
+)
+from clawrl_app.engine.chat_format import ChatFormatter, IncrementalText, parse_answer
+from clawrl_app.engine.events import EventSink, SessionClosed, StoreFailed, TurnRecorded
+from clawrl_app.engine.openai_schema import ApiError, ChatRequest, TokenLogprob, parse_chat_request
+from clawrl_app.engine.sessions import (
+    SessionDecision,
+    SessionMeta,
+    SessionTracker,
+    pop_session_fields,
+)
+from clawrl_app.engine.store import NewTurn, Store
+
+log = logging.getLogger("clawrl.chat")
+
+
+@dataclass(frozen=True)
+class ChatDelta:
+    """Streamable piece of the answer."""
+
+    text: str
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    """The finished answer and what was recorded."""
+
+    content: str
+    tool_calls: list[dict[str, Any]]
+    finish_reason: str
+    policy_version: str
+    prompt_tokens: int
+    completion_tokens: int
+    logprobs: list[TokenLogprob]
+    session_id: str
+    turn_type: str
+    turn_id: int | None
+
+
+@dataclass
+class PreparedChat:
+    """A validated request, rendered and routed, ready to generate."""
+
+    request: ChatRequest
+    record: dict[str, Any]
+    messages: list[dict[str, Any]]
+    prompt_ids: list[int]
+    params: SamplingParams
+    version: str
+    model_name: str
+    decision: SessionDecision
+    tools_offered: bool
+
+
+class ChatService:
+    """Prepares, runs and records chat turns against a backend."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        formatter: ChatFormatter,
+        store: Store,
+        *,
+        alias: str = "clawrl",
+        default_max_tokens: int = 512,
+        events: EventSink | None = None,
+        tracker: SessionTracker | None = None,
+    ) -> None:
+        self.backend = backend
+        self.formatter = formatter
+        self.store = store
+        self.alias = alias
+        self.default_max_tokens = default_max_tokens
+        self.events: EventSink = events or (lambda e: None)
+        self.tracker = tracker or SessionTracker()
+        self.last_user_request = time.monotonic()
+
+    # -- names -----------------------------------------------------------------------
+    def model_name(self, version: str) -> str:
+        """The public name of a policy version, e.g. `clawrl-v12`."""
+        return f"{self.alias}-{version}"
+
+    def model_names(self) -> list[str]:
+        """The alias first, then every loaded version."""
+        return [self.alias, *(self.model_name(v) for v in self.backend.info().versions)]
+
+    def resolve_version(self, model: str) -> str:
+        """Alias -> the active version; `alias-vN` -> vN; anything else is a 404."""
+        if model == self.alias:
+            return self.backend.active_version
+        prefix = f"{self.alias}-"
+        if model.startswith(prefix) and model[len(prefix) :] in self.backend.info().versions:
+            return model[len(prefix) :]
+        raise ApiError(
+            404,
+            f"The model '{model}' does not exist. Use '{self.alias}' (the current policy) "
+            f"or one of: {', '.join(self.model_names())}.",
+            code="model_not_found",
+            param="model",
+        )
+
+    # -- prepare ---------------------------------------------------------------------
+    def prepare(
+        self,
+        payload: Any,
+        header_session: str | None = None,
+        header_turn_type: str | None = None,
+        header_done: bool = False,
+        source_hint: str | None = None,
+    ) -> PreparedChat:
+        """Validate, pick session and version, render the prompt; raise ApiError on bad input."""
+        if isinstance(payload, dict):
+            payload = dict(payload)
+            body_sid, body_type, body_done = pop_session_fields(payload)
+        else:
+            body_sid, body_type, body_done = None, None, False
+        req = parse_chat_request(payload)
+        version = self.resolve_version(req.model)
+        messages = [m.model_dump(exclude_none=True) for m in req.messages]
+        tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+        if req.tool_choice == "none":
+            tools = None
+        prompt_ids = self.formatter.render(messages, tools, req.tool_choice)
+        ctx = self.backend.info().context_length
+        limit = req.answer_limit
+        if limit is None:
+            limit = min(self.default_max_tokens, ctx - len(prompt_ids))
+        if len(prompt_ids) + max(limit, 1) > ctx:
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {ctx} tokens. However, you requested "
+                f"{len(prompt_ids) + limit} tokens ({len(prompt_ids)} in the messages, {limit} in "
+                "the completion). Please reduce the length of the messages or completion.",
+                code="context_length_exceeded",
+                param="messages",
+            )
+        meta = SessionMeta(
+            session_id=header_session or body_sid,
+            turn_type=header_turn_type or body_type,
+            done=header_done or body_done,
+            max_tokens=req.answer_limit,
+            has_tools=bool(tools),
+            source_hint=source_hint,
+        )
+        decision = self.tracker.decide(messages, meta)
+        temperature = 1.0 if req.temperature is None else req.temperature
+        params = SamplingParams(
+            max_new_tokens=limit,
+            temperature=temperature,
+            top_p=1.0 if req.top_p is None else req.top_p,
+            seed=req.seed,
+            top_logprobs=(req.top_logprobs or 0) if req.logprobs else 0,
+        )
+        record = {
+            "messages": messages,
+            "tools": tools,
+            "tool_choice": req.tool_choice,
+            "temperature": temperature,
+            "top_p": params.top_p,
+            "max_tokens": limit,
+            "stop": req.stop_list,
+            "seed": req.seed,
+        }
+        return PreparedChat(
+            req,
+            record,
+            messages,
+            prompt_ids,
+            params,
+            version,
+            self.model_name(version),
+            decision,
+            bool(tools),
+        )
+
+    # -- run -------------------------------------------------------------------------
+    def start(self, prep: PreparedChat) -> AsyncIterator[ChatDelta | ChatResult]:
+        """Queue the generation now (BackendOverloaded -> ApiError 503) and stream it."""
+        if prep.decision.turn_type == "main":
+            self.last_user_request = time.monotonic()
+        gen_req = GenerationRequest(
+            request_id=f"req-{uuid.uuid4().hex[:16]}",
+            prompt_ids=prep.prompt_ids,
+            params=prep.params,
+            version=prep.version,
+        )
+        try:
+            stream = self.backend.generate(gen_req)
+        except BackendOverloaded as exc:
+            raise ApiError(
+                503,
+                f"The server is busy ({exc}); retry shortly.",
+                type="server_error",
+                code="overloaded",
+                headers={"Retry-After": "1"},
+            ) from None
+        except UnknownVersion:
+            raise ApiError(
+                404,
+                f"Version {prep.version} was just unloaded; use '{self.alias}'.",
+                code="model_not_found",
+                param="model",
+            ) from None
+        return self._run(prep, stream)
+
+    async def _run(
+        self, prep: PreparedChat, stream: AsyncIterator[Any]
+    ) -> AsyncIterator[ChatDelta | ChatResult]:
+        t0 = time.monotonic()
+        text = IncrementalText(self.formatter, prep.request.stop_list, prep.tools_offered)
+        want_lp = bool(prep.request.logprobs)
+        ids: list[int] = []
+        lps: list[float] = []
+        token_lps: list[TokenLogprob] = []
+        finished: Finished | None = None
+        try:
+            async for ev in stream:
+                if isinstance(ev, Finished):
+                    finished = ev
+                    break
+                assert isinstance(ev, TokenOut)
+                ids.append(ev.token_id)
+                lps.append(ev.logprob)
+                delta = text.push(ev.token_id)
+                tl = [self._token_logprob(ev)] if want_lp else []
+                token_lps.extend(tl)
+                if delta or tl:
+                    yield ChatDelta(delta, tl)
+                if text.stopped:
+                    break
+        finally:
+            await _close(stream)
+        reason: str = "stop" if (text.stopped or finished is None) else finished.reason
+        tail = text.finish()
+        if tail:
+            yield ChatDelta(tail)
+        answer = parse_answer(text.text, prep.tools_offered)
+        if answer.tool_calls:
+            reason = "tool_calls"
+        version = finished.policy_version if finished else prep.version
+        latency_ms = (time.monotonic() - t0) * 1000
+        turn_id = await self._record(
+            prep, answer.message(), text.text, ids, lps, version, reason, latency_ms
+        )
+        yield ChatResult(
+            answer.content,
+            answer.tool_calls,
+            reason,
+            version,
+            len(prep.prompt_ids),
+            len(ids),
+            token_lps,
+            prep.decision.session_id,
+            prep.decision.turn_type,
+            turn_id,
+        )
+
+    def _token_logprob(self, ev: TokenOut) -> TokenLogprob:
+        fmt = self.formatter
+        return TokenLogprob(
+            fmt.token_str(ev.token_id),
+            ev.logprob,
+            tuple((fmt.token_str(t), lp) for t, lp in ev.top_logprobs),
+        )
+
+    async def _record(
+        self,
+        prep: PreparedChat,
+        answer: dict[str, Any],
+        text: str,
+        ids: list[int],
+        lps: list[float],
+        version: str,
+        reason: str,
+        latency_ms: float,
+    ) -> int | None:
+        d = prep.decision
+        turn = NewTurn(
+            session_id=d.session_id,
+            type=d.turn_type,
+            request=prep.record,
+            response_text=text,
+            response={"message": answer, "finish_reason": reason},
+            prompt_ids=prep.prompt_ids,
+            response_ids=ids,
+            logprobs=lps,
+            policy_version=version,
+            latency_ms=latency_ms,
+            prompt_tokens=len(prep.prompt_ids),
+            completion_tokens=len(ids),
+            finish_reason=reason,
+        )
+        if d.turn_type == "main":
+            self.tracker.remember(d.session_id, prep.messages, answer)
+        try:
+            row = await asyncio.to_thread(self._write_turn, d.source, turn, d.done)
+        except Exception as exc:  # the client still gets its answer
+            log.exception("recording a turn failed")
+            self.events(StoreFailed("record_turn", f"{type(exc).__name__}: {exc}"))
+            return None
+        self.events(TurnRecorded(d.session_id, row, d.turn_type, version, len(ids), latency_ms))
+        if d.done:
+            self.tracker.close(d.session_id)
+            self.events(SessionClosed(d.session_id, "done"))
+        return row
+
+    def _write_turn(self, source: str, turn: NewTurn, done: bool) -> int:
+        self.store.ensure_session(turn.session_id, source)
+        row = self.store.record_turn(turn)
+        if done:
+            self.store.close_session(turn.session_id, "done")
+        return row.id
+
+    def close_idle_sessions(self, idle_s: float) -> list[str]:
+        """Close sessions without a request for `idle_s` seconds; returns their ids."""
+        closed = []
+        for s in self.store.idle_sessions(time.time() - idle_s):
+            self.store.close_session(s.id, "idle")
+            self.tracker.close(s.id)
+            self.events(SessionClosed(s.id, "idle"))
+            closed.append(s.id)
+        return closed
+
+
+async def _close(stream: AsyncIterator[Any]) -> None:
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()

@@ -1,0 +1,71 @@
+"""Frozen events the engine publishes to a sink (the TUI, tests, the store's event feed).
+
+Commands go in as plain method calls; events come out through `EventSink`, e.g.
+`events.append` in tests. Sinks must be quick and must not raise.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+log = logging.getLogger("clawrl.events")
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base class: `kind` names the event in the store's `events` table."""
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+    def payload(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TurnRecorded(Event):
+    session_id: str
+    turn_id: int
+    turn_type: str
+    policy_version: str
+    completion_tokens: int
+    latency_ms: float
+
+
+@dataclass(frozen=True)
+class SessionClosed(Event):
+    session_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class StoreFailed(Event):
+    """Recording failed; the client still got its answer."""
+
+    operation: str
+    error: str
+
+
+@dataclass(frozen=True)
+class PolicyPublished(Event):
+    version: str
+    previous: str
+
+
+EventSink = Callable[[Event], None]
+
+
+def fan_out(*sinks: EventSink) -> EventSink:
+    """One sink that calls several; a failing sink is logged and skipped."""
+
+    def sink(event: Event) -> None:
+        for s in sinks:
+            try:
+                s(event)
+            except Exception:
+                log.exception("event sink failed for %s", event.kind)
+
+    return sink

@@ -1,0 +1,180 @@
+"""Starts, stops and supervises the engine: model, backend, store, endpoint, loops.
+
+`Engine` is the service interface the CLI and the TUI use. It publishes events to a sink
+and keeps a small status snapshot of every loop for the UI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clawrl_app.api_key import get_api_key, is_loopback
+from clawrl_app.config import Settings
+from clawrl_app.engine.api import create_app
+from clawrl_app.engine.backends.base import Backend
+from clawrl_app.engine.chat_format import ChatFormatter
+from clawrl_app.engine.chat_service import ChatService
+from clawrl_app.engine.events import Event, EventSink, fan_out
+from clawrl_app.engine.http_server import HttpServer, bind_socket
+from clawrl_app.engine.store import Store
+from clawrl_app.hardware import ModelInfo, Plan, inventory, plan
+from clawrl_app.models import ResolvedModel, read_model_config, resolve_model
+from clawrl_app.paths import AppPaths
+
+log = logging.getLogger("clawrl.engine")
+
+
+@dataclass
+class LoopStatus:
+    """What the UI shows for one loop."""
+
+    name: str
+    state: str = "idle"  # idle | running | failed | stopped
+    queue_depth: int = 0
+    last_error: str | None = None
+    updated: float = field(default_factory=time.time)
+
+
+class Engine:
+    """The headless app: `await start()`, serve until `await stop()`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        paths: AppPaths,
+        *,
+        events: EventSink | None = None,
+        progress: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.paths = paths.ensure()
+        self.progress = progress
+        self._sinks: list[EventSink] = [events] if events else []
+        self.store: Store | None = None
+        self.backend: Backend | None = None
+        self.service: ChatService | None = None
+        self.http: HttpServer | None = None
+        self.model: ResolvedModel | None = None
+        self.plan: Plan | None = None
+        self.api_key: str | None = None
+        self.loops: dict[str, LoopStatus] = {"serving": LoopStatus("serving")}
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._ready = False
+
+    # -- wiring ----------------------------------------------------------------------
+    def add_sink(self, sink: EventSink) -> None:
+        self._sinks.append(sink)
+
+    def _emit(self, event: Event) -> None:
+        fan_out(*self._sinks)(event)
+        if self.store is not None:
+            with contextlib.suppress(Exception):
+                self.store.add_event(event.kind, event.payload())
+
+    @property
+    def url(self) -> str:
+        assert self.http is not None
+        host = self.settings.server.host
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        return f"http://{shown}:{self.http.port}/v1"
+
+    def ready(self) -> bool:
+        return self._ready
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def start(self) -> None:
+        """Resolve and load the model, start the backend and the endpoint."""
+        s = self.settings
+        self.store = Store(self.paths.store_file)
+        needs_key = s.server.require_api_key or not is_loopback(s.server.host)
+        if needs_key:
+            key = get_api_key(self.paths)
+            assert key is not None
+            self.api_key = key.value
+        self.model = await asyncio.to_thread(
+            resolve_model, s.model.path, self.paths, progress=self.progress
+        )
+        info = ModelInfo.from_hf_config(self.model.name, read_model_config(self.model.path))
+        self.plan = plan(inventory(), info, s)
+        backend, tokenizer = await asyncio.to_thread(self._build_backend)
+        self.backend = backend
+        await backend.start()
+        self.service = ChatService(
+            backend,
+            ChatFormatter(tokenizer),
+            self.store,
+            alias=s.server.model_alias,
+            default_max_tokens=s.server.default_max_tokens,
+            events=self._emit,
+        )
+        app = create_app(
+            self.service,
+            api_key=self.api_key,
+            max_body_bytes=s.server.max_body_bytes,
+            ready=self.ready,
+        )
+        self.http = HttpServer(app, bind_socket(s.server.host, s.server.port))
+        await self.http.start()
+        self._tasks.append(asyncio.create_task(self._close_idle_sessions()))
+        self._ready = True
+        self.loops["serving"].state = "running"
+        log.info("serving %s at %s", self.model.name, self.url)
+
+    def _build_backend(self) -> tuple[Backend, Any]:
+        assert self.model is not None and self.plan is not None
+        if self.plan.backend == "sglang":
+            from clawrl_app.engine.backends.sglang_factory import build_sglang_backend
+
+            return build_sglang_backend(self.settings, self.plan, self.model, self.paths)
+        from clawrl_app.engine.backends.torch_backend import TorchBackend
+        from clawrl_app.models import load_model
+
+        device = f"cuda:{self.plan.serve_devices[0]}" if self.plan.serve_devices else "cpu"
+        model, tokenizer = load_model(self.model, dtype=self.settings.model.dtype, device=device)
+        backend = TorchBackend(
+            model,
+            tokenizer,
+            model_name=self.model.name,
+            context_length=self.model.context_length,
+            max_batch=self.settings.model.max_batch,
+            max_queue=self.settings.server.max_queue,
+        )
+        return backend, tokenizer
+
+    async def _close_idle_sessions(self) -> None:
+        idle_s = self.settings.server.session_idle_s
+        while True:
+            await asyncio.sleep(min(30.0, max(idle_s / 4, 0.05)))
+            if self.service is not None:
+                try:
+                    await asyncio.to_thread(self.service.close_idle_sessions, idle_s)
+                except Exception as exc:
+                    log.exception("closing idle sessions failed")
+                    self.loops["serving"].last_error = str(exc)
+
+    async def stop(self) -> None:
+        """Stop the endpoint, the loops and the backend; close the store."""
+        self._ready = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self.http is not None:
+            await self.http.stop()
+        if self.backend is not None:
+            await self.backend.stop()
+        if self.store is not None:
+            self.store.close()
+        self.loops["serving"].state = "stopped"
+
+    @property
+    def model_path(self) -> Path | None:
+        return self.model.path if self.model else None

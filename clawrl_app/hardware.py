@@ -1,0 +1,583 @@
+"""What this machine has, and how serving, judge and trainer share it.
+
+`inventory()` is the only function here that touches the system; `plan()` is pure, so every
+GPU layout can be tested on a laptop. Memory estimates are deliberately simple (bf16 weights,
+a KV cache for one full context, 16 bytes/param for full fine-tuning, a fixed per-process
+overhead) and every number the plan relies on is shown by `clawrl-app doctor`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal, cast
+
+from clawrl_app.config import HardwareSettings, Settings
+
+GIB = 1024**3
+OVERHEAD_GIB = 2.0  # per process per GPU: CUDA context, cuBLAS/NCCL workspace, CUDA graphs
+CPU_RESERVE_GIB = 2.0  # RAM left to the OS and the Python/torch runtime
+QLORA_BYTES = 0.55  # NF4 base: 0.5 bytes/param + quantisation constants + bf16 norms
+FULL_BYTES = 16  # bf16 weights 2 + grads 2 + fp32 master 4 + AdamW m and v 8
+LORA_STATE = 0.02  # adapter + its grads + AdamW states, as a fraction of the bf16 weights
+TRAIN_TOKENS = 4096  # one micro-batch, gradient checkpointing on
+SMALL_POLICY_B = 1.0  # below this a policy is too weak to judge its own turns
+NVIDIA_SMI_QUERY = "--query-gpu=index,name,memory.total"
+
+TrainMode = Literal["lora", "qlora", "full"]
+Backend = Literal["torch", "sglang"]
+JudgeBackend = Literal["policy", "openai", "heuristic"]
+
+
+class PlanError(ValueError):
+    """No workable layout; the message gives the numbers and what to change."""
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One NVIDIA GPU: its physical index (what CUDA_VISIBLE_DEVICES takes), name and memory."""
+
+    index: int
+    name: str
+    memory_gib: float
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The hardware `plan()` may use."""
+
+    gpus: tuple[GPU, ...]
+    sglang_available: bool
+    cpu_count: int
+    ram_gib: float
+
+
+def parse_nvidia_smi(text: str) -> tuple[GPU, ...]:
+    """Parse `nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader,nounits`."""
+    gpus = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 3 or not parts[0].isdigit():
+            continue
+        try:
+            mem_mib = float(parts[-1])
+        except ValueError:  # "[N/A]" or "[Insufficient Permissions]"
+            continue
+        gpus.append(GPU(int(parts[0]), ", ".join(parts[1:-1]), round(mem_mib / 1024, 2)))
+    return tuple(gpus)
+
+
+def visible_gpus(gpus: Sequence[GPU], cuda_visible: str | None) -> tuple[GPU, ...] | None:
+    """Apply CUDA_VISIBLE_DEVICES to nvidia-smi's list (which ignores it).
+
+    Follows CUDA: listed order, parsing stops at the first unknown index, empty = no GPU.
+    Returns None for UUID/MIG entries, which only CUDA itself can resolve.
+    """
+    if cuda_visible is None:
+        return tuple(gpus)
+    by_index = {g.index: g for g in gpus}
+    out: list[GPU] = []
+    for entry in (e.strip() for e in cuda_visible.split(",") if e.strip()):
+        if entry.startswith(("GPU-", "MIG-")):
+            return None
+        if not entry.lstrip("-").isdigit() or int(entry) not in by_index:
+            break
+        out.append(by_index[int(entry)])
+    return tuple(out)
+
+
+def _nvidia_smi() -> tuple[GPU, ...] | None:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        cmd = [exe, NVIDIA_SMI_QUERY, "--format=csv,noheader,nounits"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (parse_nvidia_smi(done.stdout) or None) if done.returncode == 0 else None
+
+
+def _torch_gpus(cuda_visible: str | None) -> tuple[GPU, ...]:
+    # Importing torch takes seconds: only try where an NVIDIA driver could be (Linux, WSL, Windows).
+    driver = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/dxg")
+    if os.name != "nt" and not any(os.path.exists(p) for p in driver):
+        return ()
+    if importlib.util.find_spec("torch") is None:
+        return ()
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return ()
+        entries = [e.strip() for e in (cuda_visible or "").split(",") if e.strip()]
+        physical = [int(e) for e in entries] if all(e.isdigit() for e in entries) else []
+        gpus = []
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            index = physical[i] if i < len(physical) else i
+            gpus.append(GPU(index, props.name, round(props.total_memory / GIB, 2)))
+        return tuple(gpus)
+    except Exception:  # a broken CUDA install means no usable GPU, not a crash
+        return ()
+
+
+def _ram_gib() -> float:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return round(int(line.split()[1]) / 1024**2, 2)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB, 2)
+    except (ValueError, OSError, AttributeError):
+        return 0.0
+
+
+def inventory() -> Inventory:
+    """Probe GPUs (nvidia-smi, else torch.cuda), the sglang package, CPU cores and RAM."""
+    cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    smi = _nvidia_smi()
+    gpus = visible_gpus(smi, cuda_visible) if smi is not None else None
+    if gpus is None:
+        gpus = _torch_gpus(cuda_visible)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    has_sglang = importlib.util.find_spec("sglang") is not None
+    return Inventory(gpus, has_sglang, cpus or 1, _ram_gib())
+
+
+# (params_b, layers, hidden, kv_heads, head_dim, vocab) of well-known dense models.
+_ANCHORS = (
+    (0.135, 30, 576, 3, 64, 49152),  # SmolLM2-135M
+    (0.5, 24, 896, 2, 64, 151936),  # Qwen2.5-0.5B
+    (1.7, 28, 2048, 8, 128, 151936),  # Qwen3-1.7B
+    (4.0, 36, 2560, 8, 128, 151936),  # Qwen3-4B
+    (8.0, 36, 4096, 8, 128, 151936),  # Qwen3-8B
+    (14.0, 40, 5120, 8, 128, 151936),  # Qwen3-14B
+    (32.0, 64, 5120, 8, 128, 151936),  # Qwen3-32B
+    (70.0, 80, 8192, 8, 128, 128256),  # Llama-3-70B
+)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """The numbers of a policy model that decide memory: size, depth, KV shape, context."""
+
+    name: str
+    params_b: float
+    num_layers: int
+    hidden_size: int
+    num_kv_heads: int
+    head_dim: int
+    context_length: int
+    vocab_size: int = 32000
+
+    @classmethod
+    def from_hf_config(cls, name: str, config: Mapping[str, Any]) -> ModelInfo:
+        """Count parameters from a HF `config.json` (embeddings + attention + gated MLP)."""
+        cfg = config if "hidden_size" in config else config.get("text_config") or config
+        try:
+            hidden, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
+            heads = int(cfg["num_attention_heads"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PlanError(f"config of {name} lacks {exc}; cannot size the model.") from None
+        kv_heads = int(cfg.get("num_key_value_heads") or heads)
+        head_dim = int(cfg.get("head_dim") or hidden // heads)
+        vocab = int(cfg.get("vocab_size") or 32000)
+        experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 1)
+        inter = int(cfg.get("intermediate_size") or 4 * hidden)
+        if experts > 1:  # MoE: every expert is resident in memory (router weights ignored)
+            inter = int(cfg.get("moe_intermediate_size") or inter) * experts
+        attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+        per_layer = attention + 3 * hidden * inter + 2 * hidden  # q,o + k,v; gate/up/down; norms
+        tied = bool(cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
+        params = vocab * hidden * (1 if tied else 2) + layers * per_layer + hidden
+        context = int(cfg.get("max_position_embeddings") or 4096)
+        return cls(name, params / 1e9, layers, hidden, kv_heads, head_dim, context, vocab)
+
+    @classmethod
+    def estimate(cls, name: str, params_b: float, context_length: int = 32768) -> ModelInfo:
+        """Plausible architecture for a size: the nearest well-known model, depth scaled."""
+        if params_b <= 0:
+            raise PlanError(f"{name}: model size must be positive, got {params_b}B.")
+        anchor = min(_ANCHORS, key=lambda a: abs(math.log(a[0] / params_b)))
+        size, layers, hidden, kv_heads, head_dim, vocab = anchor
+        depth = max(1, round(layers * params_b / size))
+        return cls(name, params_b, depth, hidden, kv_heads, head_dim, context_length, vocab)
+
+    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+        """K and V of every layer for one token."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
+
+
+@dataclass(frozen=True)
+class MemoryLine:
+    """One memory check of the plan: what a role needs on a device versus what it has."""
+
+    role: str
+    device: str
+    need_gib: float
+    have_gib: float
+
+    @property
+    def fits(self) -> bool:
+        """True when the need fits."""
+        return self.need_gib <= self.have_gib
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where serving, judge and trainer run, how the trainer trains, and why."""
+
+    backend: Backend
+    serve_devices: tuple[int, ...]
+    judge_devices: tuple[int, ...]
+    train_devices: tuple[int, ...]
+    train_mode: TrainMode
+    judge_backend: JudgeBackend
+    judge_shares_serving: bool
+    colocated: bool
+    sglang_mem_fraction: float | None
+    default_batch_size: int
+    memory: tuple[MemoryLine, ...]
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Need:
+    gib: float
+    parts: str
+
+
+_Check = tuple[MemoryLine, str]  # the line and the sentence that explains it
+_Layout = tuple[tuple[GPU, ...], tuple[GPU, ...], tuple[GPU, ...]]  # serving, judge, training
+_Counts = tuple[int, int, int]  # train, serve, judge GPU counts
+_CPU = -1  # index of the pseudo-device that stands for RAM
+
+
+def _serve_need(model: ModelInfo, tp: int, dtype: int, overhead: float) -> _Need:
+    weights = model.params_b * 1e9 * dtype / GIB / tp
+    kv = model.kv_bytes_per_token(dtype) * model.context_length / GIB / tp
+    text = f"weights {weights:.1f} + KV of one {model.context_length}-token context {kv:.1f}"
+    return _Need(
+        weights + kv + overhead, text + (f" + overhead {overhead:.1f}" if overhead else "")
+    )
+
+
+def _train_need(model: ModelInfo, mode: TrainMode, n: int, dtype: int, overhead: float) -> _Need:
+    params = model.params_b * 1e9
+    # Checkpointed layer inputs + one recomputed layer (~24 hidden-sized tensors) + fp32 logits.
+    per_token = model.hidden_size * (model.num_layers + 24) * dtype + model.vocab_size * 4
+    acts = TRAIN_TOKENS * per_token / GIB
+    if mode == "full":
+        state = params * FULL_BYTES / GIB / n  # ZeRO-3/FSDP shards it over the trainer GPUs
+        text = f"weights+grads+AdamW {state:.1f} ({FULL_BYTES} B/param over {n} device(s))"
+    else:
+        base = params * (QLORA_BYTES if mode == "qlora" else dtype) / GIB
+        lora = params * 2 * LORA_STATE / GIB
+        state = base + lora
+        text = f"{'4-bit' if mode == 'qlora' else 'base'} weights {base:.1f} + LoRA {lora:.1f}"
+    text += f" + activations {acts:.1f}" + (f" + overhead {overhead:.1f}" if overhead else "")
+    return _Need(state + acts + overhead, text)
+
+
+def _devs(indices: Sequence[int]) -> str:
+    if not indices or indices[0] == _CPU:
+        return "cpu"
+    return "cuda:" + ",".join(str(i) for i in indices)
+
+
+def _fit(model: ModelInfo, mode: TrainMode, layout: _Layout, dtype: int) -> list[_Check]:
+    """Check each role; roles sharing a card (1 GPU, CPU) get what the earlier ones left."""
+    overhead = 0.0 if layout[0][0].index == _CPU else OVERHEAD_GIB
+    used: dict[int, float] = {}
+    checks = []
+    for role, group in zip(("serving", "judge", "training"), layout, strict=True):
+        if not group:
+            continue
+        if role == "training":
+            need = _train_need(model, mode, len(group), dtype, overhead)
+        else:
+            need = _serve_need(model, len(group), dtype, overhead)
+        have = max(0.0, min(g.memory_gib - used.get(g.index, 0.0) for g in group))
+        for g in group:
+            used[g.index] = used.get(g.index, 0.0) + need.gib
+        line = MemoryLine(role, _devs([g.index for g in group]), round(need.gib, 2), round(have, 2))
+        verdict = "fits" if line.fits else "does NOT fit"
+        why = f"{role} on {line.device} needs {line.need_gib:.1f} GiB ({need.parts}) of {have:.1f}"
+        checks.append((line, f"{why}: {verdict}."))
+    return checks
+
+
+def _judge_backend(model: ModelInfo, settings: Settings, reasons: list[str]) -> JudgeBackend:
+    judge = settings.judge
+    if judge.backend == "openai" and not judge.openai_url:
+        raise PlanError("judge.backend = openai needs judge.openai_url (and judge.openai_model).")
+    if judge.backend != "auto":
+        reasons.append(f"Judge: {judge.backend}, as set in judge.backend.")
+        return cast(JudgeBackend, judge.backend)
+    if judge.model_path:
+        reasons.append(f"Judge: {judge.model_path} (PRM_MODEL_PATH); its memory is not checked.")
+        return "policy"
+    if model.params_b < SMALL_POLICY_B:
+        reasons.append(
+            f"Judge: heuristic, because a {model.params_b:.2f}B policy is too weak to judge turns "
+            "reliably (set judge.backend = openai to use an external judge)."
+        )
+        return "heuristic"
+    reasons.append("Judge: the policy's base weights with the adapter off (upstream's default).")
+    return "policy"
+
+
+def _choose_backend(inv: Inventory, hw: HardwareSettings, n: int, reasons: list[str]) -> Backend:
+    have_sglang = inv.sglang_available or hw.sglang_python is not None
+    install = "`pip install 'clawrl-app[sglang]'` or set hardware.sglang_python"
+    if n == 0 and hw.backend == "sglang":
+        raise PlanError("hardware.backend = sglang needs a GPU and none is in use; use torch/auto.")
+    if n == 0:
+        reasons.append("No GPU in use: the torch backend serves and trains on the CPU.")
+        return "torch"
+    if hw.backend == "sglang" and not have_sglang:
+        raise PlanError(f"hardware.backend = sglang but the sglang package is missing: {install}.")
+    if hw.backend == "torch":
+        reasons.append("Backend: torch, as set in hardware.backend (in-process transformers).")
+    elif have_sglang:
+        reasons.append("Backend: SGLang serves on the GPU (installed, fastest).")
+        return "sglang"
+    else:
+        reasons.append(f"Backend: torch, as SGLang is not installed; for faster serving {install}.")
+    return "torch"
+
+
+def _check_counts(hw: HardwareSettings, visible: int, judge: JudgeBackend) -> None:
+    counts = {"ACTOR_GPUS": hw.actor_gpus, "ROLLOUT_GPUS": hw.rollout_gpus, "PRM_GPUS": hw.prm_gpus}
+    for key, value in {"NUM_GPUS": hw.num_gpus, **counts}.items():
+        if value is not None and value < 0:
+            raise PlanError(f"{key}={value} is negative; give 0 or more GPUs.")
+    if hw.num_gpus is not None and hw.num_gpus > visible:
+        raise PlanError(f"NUM_GPUS={hw.num_gpus} > {visible} GPUs visible; lower NUM_GPUS.")
+    n = visible if hw.num_gpus is None else hw.num_gpus
+    asked = {k: v for k, v in counts.items() if v is not None}
+    terms = " + ".join(f"{k}={v}" for k, v in asked.items())
+    if n == 0 and any(asked.values()):
+        raise PlanError(f"{terms} asks for GPUs but none is in use; unset it or raise NUM_GPUS.")
+    if n == 1 and (hw.prm_gpus or any(v != 1 for k, v in asked.items() if k != "PRM_GPUS")):
+        raise PlanError(
+            f"{terms} on 1 GPU: serving and trainer share the card, the judge shares the serving "
+            "engine; use ACTOR_GPUS=1, ROLLOUT_GPUS=1, PRM_GPUS=0 or unset them."
+        )
+    if n > 1 and sum(asked.values()) > n:
+        raise PlanError(f"{terms} = {sum(asked.values())} > {n} GPUs available.")
+    if hw.prm_gpus and judge != "policy":
+        raise PlanError(
+            f"PRM_GPUS={hw.prm_gpus} reserves cards for a judge model but the judge "
+            f"is {judge}; set PRM_GPUS=0 or judge.backend = policy."
+        )
+
+
+def _splits(n: int, mode: TrainMode, judge_own: bool, hw: HardwareSettings) -> list[_Counts]:
+    """(train, serve, judge) GPU counts, preferred first; explicit counts are kept."""
+    default_serve = 2 if mode == "full" and n >= 8 else 1  # upstream 8 GPUs: 4/2/2
+    tp_sizes = [default_serve] + [p for p in (1, 2, 4, 8, 16) if p < n and p != default_serve]
+    out = []
+    for s in [hw.rollout_gpus] if hw.rollout_gpus is not None else tp_sizes:
+        for j in [hw.prm_gpus] if hw.prm_gpus is not None else ([s, 0] if judge_own else [0]):
+            # Full fine-tuning shards over every card left; LoRA needs none (upstream: 2/1/1).
+            t = n - s - j if mode == "full" else min(2, n - s - j)
+            t = hw.actor_gpus if hw.actor_gpus is not None else t
+            if t >= 1 and s >= 1 and t + s + j <= n:
+                out.append((t, s, j))
+    return out
+
+
+def _layouts(
+    gpus: Sequence[GPU], mode: TrainMode, judge: JudgeBackend, hw: HardwareSettings, ram_gib: float
+) -> list[_Layout]:
+    """Candidate placements, preferred first: RAM, one shared card, or disjoint card groups."""
+    if not gpus:
+        cpu = GPU(_CPU, "cpu", ram_gib - CPU_RESERVE_GIB)
+        return [((cpu,), (), (cpu,))]
+    if len(gpus) == 1:
+        return [((gpus[0],), (), (gpus[0],))]
+    out = []
+    for t, s, j in _splits(len(gpus), mode, judge == "policy", hw):
+        out.append((tuple(gpus[t : t + s]), tuple(gpus[t + s : t + s + j]), tuple(gpus[:t])))
+    if not out:
+        raise PlanError(
+            f"The GPU counts asked for leave no GPU for serving or for training out of {len(gpus)}."
+        )
+    return out
+
+
+def _first_fit(
+    model: ModelInfo,
+    layouts: Mapping[TrainMode, list[_Layout]],
+    dtype: int,
+) -> tuple[TrainMode, _Layout, list[_Check], dict[str, list[str]]]:
+    """The first mode and layout (in order of preference) where every role fits.
+
+    Also returns, per mode tried, the checks of its preferred layout, to explain a fallback.
+    """
+    tried: dict[str, list[str]] = {}
+    for mode, candidates in layouts.items():
+        for layout in candidates:
+            checks = _fit(model, mode, layout, dtype)
+            if all(line.fits for line, _ in checks):
+                return mode, layout, checks, tried
+            tried.setdefault(mode, [why for _, why in checks])
+    first = next(iter(layouts.values()))[0][0]  # the serving devices of the preferred layout
+    if first[0].index == _CPU:
+        ram = first[0].memory_gib + CPU_RESERVE_GIB
+        where = f"{ram:.1f} GiB RAM ({CPU_RESERVE_GIB:.0f} kept for the system)"
+        way_out = "(the embedded SmolLM2-135M runs anywhere) or a GPU"
+    else:
+        where, way_out = f"the GPUs ({first[0].memory_gib:.1f} GiB each)", "or more GPUs"
+    why = " ".join(dict.fromkeys(w for ws in tried.values() for w in ws))
+    raise PlanError(
+        f"{model.name} ({model.params_b:.2f}B) does not fit {where} for {'/'.join(layouts)}: "
+        f"{why} Use a smaller model {way_out}."
+    )
+
+
+def _mem_fraction(checks: Sequence[_Check], have: float, asked: float | None) -> tuple[float, str]:
+    """SGLang's --mem-fraction-static when it shares its card with the trainer."""
+    serve, train = checks[0][0].need_gib, checks[-1][0].need_gib
+    static = serve - OVERHEAD_GIB  # weights + KV live in SGLang's static pool
+    low = math.ceil(static / have * 100) / 100
+    high = math.floor((have - OVERHEAD_GIB - train) / have * 100) / 100
+    # Half of the spare memory buys more KV cache, half stays as trainer headroom.
+    fraction = asked or min(high, max(low, math.floor((low + high) * 50) / 100))
+    if not low <= fraction <= high:
+        raise PlanError(
+            f"--mem-fraction-static {fraction} gives SGLang {fraction * have:.1f} GiB (needs "
+            f"{static:.1f}) and the trainer {have * (1 - fraction) - OVERHEAD_GIB:.1f} (needs "
+            f"{train:.1f}); it must lie in [{low}, {high}] (unset hardware.sglang_mem_fraction)."
+        )
+    # SGLang sizes its KV pool from the memory free when it starts: start it before the trainer.
+    why = f"SGLang --mem-fraction-static {fraction:.2f}: weights + KV get {fraction * have:.1f}"
+    return (
+        fraction,
+        f"{why} GiB, the trainer {have * (1 - fraction) - OVERHEAD_GIB:.1f} (start SGLang first).",
+    )
+
+
+def _mode_reason(mode: TrainMode, asked: str, tried: Mapping[str, list[str]], gpu: bool) -> str:
+    if asked != "auto":
+        return f"Training: {mode}, as set in train.mode."
+    if not gpu:
+        return "Training: LoRA (train.mode = auto; full only when asked; QLoRA needs CUDA)."
+    if mode == "lora":
+        return "Training: LoRA on a bf16 base (train.mode = auto; QLoRA only when it does not fit)."
+    lora = " ".join(w for w in tried["lora"] if "NOT" in w)
+    return f"Training: QLoRA (4-bit base): no layout fits bf16 LoRA, e.g. {lora}"
+
+
+def _placement_reasons(p: Plan, gpus: Sequence[GPU], cpu_count: int, dtype: int) -> list[str]:
+    if not gpus:
+        return [f"Trainer on the CPU ({cpu_count} cores), {8 * dtype}-bit weights."]
+    if len(gpus) == 1:
+        return [f"1 GPU ({gpus[0].name}): serving and trainer colocated on cuda:{gpus[0].index}."]
+    shared = "the serving engine" if p.judge_shares_serving else f"no GPU ({p.judge_backend})"
+    judge = _devs(p.judge_devices) if p.judge_devices else shared
+    reasons = [
+        f"Split: trainer {_devs(p.train_devices)}, serving {_devs(p.serve_devices)} (tensor "
+        f"parallel {len(p.serve_devices)}), judge on {judge}; disjoint cards."
+    ]
+    used = set(p.train_devices + p.serve_devices + p.judge_devices)
+    if idle := [g.index for g in gpus if g.index not in used]:
+        lora = (
+            " (LoRA needs no sharding; upstream runs it on 2/1/1)" if p.train_mode != "full" else ""
+        )
+        reasons.append(
+            f"{_devs(idle)} stay idle{lora}: set ACTOR_GPUS / ROLLOUT_GPUS / PRM_GPUS to use them."
+        )
+    if p.backend == "sglang" and p.sglang_mem_fraction is None:
+        reasons.append("SGLang has its cards to itself: its default --mem-fraction-static.")
+    return reasons
+
+
+def plan(inv: Inventory, model: ModelInfo, settings: Settings) -> Plan:
+    """Decide backend, device split, train mode and judge for this hardware; pure, no I/O.
+
+    Raises PlanError with the numbers and a way out when nothing fits.
+    """
+    hw, asked, reasons = settings.hardware, settings.train.mode, list[str]()
+    if hw.sglang_mem_fraction is not None and not 0 < hw.sglang_mem_fraction < 1:
+        raise PlanError(f"hardware.sglang_mem_fraction = {hw.sglang_mem_fraction}: use (0, 1).")
+    judge = _judge_backend(model, settings, reasons)
+    _check_counts(hw, len(inv.gpus), judge)
+    gpus = sorted(inv.gpus, key=lambda g: g.index)[: hw.num_gpus]
+    cap = f" (NUM_GPUS={hw.num_gpus})" if hw.num_gpus is not None else ""
+    reasons.insert(0, f"{len(inv.gpus)} GPU(s) visible, {len(gpus)} used{cap}.")
+    backend = _choose_backend(inv, hw, len(gpus), reasons)
+    if not gpus and asked == "qlora":
+        raise PlanError(
+            "train.mode = qlora needs CUDA (bitsandbytes 4-bit) and no GPU is in use; "
+            "use train.mode = lora or full."
+        )
+    # auto = LoRA, falling back to QLoRA (CUDA only); full only when asked for.
+    auto: tuple[TrainMode, ...] = ("lora", "qlora") if gpus else ("lora",)
+    modes = (asked,) if asked != "auto" else auto
+    dtype = 2 if gpus or settings.model.dtype in ("bfloat16", "float16") else 4
+    layouts = {m: _layouts(gpus, m, judge, hw, inv.ram_gib) for m in modes}
+    mode, layout, checks, tried = _first_fit(model, layouts, dtype)
+    reasons.append(_mode_reason(mode, asked, tried, bool(gpus)))
+    fraction = hw.sglang_mem_fraction if backend == "sglang" else None
+    if len(gpus) == 1 and backend == "sglang":
+        fraction, why = _mem_fraction(checks, gpus[0].memory_gib, fraction)
+        reasons.append(why)
+    serve, judges, train = (tuple(g.index for g in grp if g.index != _CPU) for grp in layout)
+    batch = 16 if gpus else 4
+    result = Plan(
+        backend,
+        serve,
+        judges,
+        train,
+        mode,
+        judge,
+        judge_shares_serving=judge == "policy" and not judges,
+        colocated=len(gpus) == 1,
+        sglang_mem_fraction=fraction,
+        default_batch_size=batch,
+        memory=tuple(line for line, _ in checks),
+        reasons=(),
+    )
+    reasons += _placement_reasons(result, gpus, inv.cpu_count, dtype)
+    if not gpus and model.params_b >= SMALL_POLICY_B:
+        reasons.append(f"A {model.params_b:.1f}B model on a CPU is slow: minutes per step.")
+    reasons += [why for _, why in checks]
+    batch_why = "" if gpus else ": a CPU LoRA step on 8x256 tokens takes 19-70 s on 2 cores"
+    return replace(result, reasons=(*reasons, f"Default batch size {batch}{batch_why}."))
+
+
+def format_plan(plan: Plan) -> str:
+    """Multi-line, human-readable plan for `clawrl-app doctor`."""
+    judge: str = plan.judge_backend
+    if plan.judge_devices or plan.judge_shares_serving:
+        judge += f" on {_devs(plan.judge_devices)}" if plan.judge_devices else " (shares serving)"
+    fraction = plan.sglang_mem_fraction
+    lines = [
+        f"Backend:  {plan.backend}"
+        + (f" (--mem-fraction-static {fraction:.2f})" if fraction else ""),
+        f"Serving:  {_devs(plan.serve_devices)}",
+        f"Judge:    {judge}",
+        f"Trainer:  {plan.train_mode} on {_devs(plan.train_devices)}"
+        + (" (colocated with serving)" if plan.colocated else ""),
+        f"Batch:    {plan.default_batch_size} samples per step (default)",
+        "Memory (GiB):",
+        *(
+            f"  {m.role:<9} {m.device:<16} need {m.need_gib:6.1f} of {m.have_gib:6.1f}"
+            f"  {'ok' if m.fits else 'TOO BIG'}"
+            for m in plan.memory
+        ),
+        "Why:",
+        *(f"  - {r}" for r in plan.reasons),
+    ]
+    return "\n".join(lines)
