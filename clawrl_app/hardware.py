@@ -450,10 +450,10 @@ def _mem_fraction(checks: Sequence[_Check], have: float, asked: float | None) ->
     """SGLang's --mem-fraction-static when it shares its card with the trainer."""
     serve, train = checks[0][0].need_gib, checks[-1][0].need_gib
     static = serve - OVERHEAD_GIB  # weights + KV live in SGLang's static pool
-    low = math.ceil(static / have * 100) / 100
-    high = math.floor((have - OVERHEAD_GIB - train) / have * 100) / 100
+    low = math.ceil(static / have * 1000) / 1000  # SGLang takes any float; keep 3 decimals
+    high = math.floor((have - OVERHEAD_GIB - train) / have * 1000) / 1000
     # Half of the spare memory buys more KV cache, half stays as trainer headroom.
-    fraction = asked or min(high, max(low, math.floor((low + high) * 50) / 100))
+    fraction = asked or min(high, max(low, math.floor((low + high) * 500) / 1000))
     if not low <= fraction <= high:
         raise PlanError(
             f"--mem-fraction-static {fraction} gives SGLang {fraction * have:.1f} GiB (needs "
@@ -461,7 +461,7 @@ def _mem_fraction(checks: Sequence[_Check], have: float, asked: float | None) ->
             f"{train:.1f}); it must lie in [{low}, {high}] (unset hardware.sglang_mem_fraction)."
         )
     # SGLang sizes its KV pool from the memory free when it starts: start it before the trainer.
-    why = f"SGLang --mem-fraction-static {fraction:.2f}: weights + KV get {fraction * have:.1f}"
+    why = f"SGLang --mem-fraction-static {fraction:g}: weights + KV get {fraction * have:.1f}"
     return (
         fraction,
         f"{why} GiB, the trainer {have * (1 - fraction) - OVERHEAD_GIB:.1f} (start SGLang first).",
@@ -565,7 +565,7 @@ def format_plan(plan: Plan) -> str:
     fraction = plan.sglang_mem_fraction
     lines = [
         f"Backend:  {plan.backend}"
-        + (f" (--mem-fraction-static {fraction:.2f})" if fraction else ""),
+        + (f" (--mem-fraction-static {fraction:g})" if fraction else ""),
         f"Serving:  {_devs(plan.serve_devices)}",
         f"Judge:    {judge}",
         f"Trainer:  {plan.train_mode} on {_devs(plan.train_devices)}"

@@ -215,3 +215,15 @@ def _holdback(text: str, marker: str) -> int:
         if text.endswith(marker[:k]):
             return len(text) - k
     return len(text)
+
+
+def eos_token_ids(tokenizer: Any) -> tuple[int, ...]:
+    """Token ids that end an answer: the tokenizer's EOS plus common end-of-turn markers."""
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    for tok in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
+        tid = tokenizer.convert_tokens_to_ids(tok)
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid >= 0:
+            ids.add(tid)
+    return tuple(sorted(ids))

@@ -35,6 +35,7 @@ from clawrl_app.engine.backends.base import (
 )
 from clawrl_app.engine.backends.kv_batch import DecodeBatch
 from clawrl_app.engine.backends.sampling import continuation_logprobs, sample_next
+from clawrl_app.engine.chat_format import eos_token_ids
 
 log = logging.getLogger("clawrl.torch_backend")
 BASE_VERSION = "base"
@@ -73,7 +74,7 @@ class TorchBackend:
         self._context_length = context_length
         self._max_batch = max_batch
         self._max_queue = max_queue
-        self._eos = _eos_ids(tokenizer)
+        self._eos = eos_token_ids(tokenizer)
         self._pending: queue.Queue[_Row] = queue.Queue()
         self._commands: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
         self._scores: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
@@ -177,7 +178,7 @@ class TorchBackend:
         while self._inflight.get(version, 0) > 0:  # its in-flight answers finish first
             await asyncio.sleep(0.05)
         self._versions.pop(version, None)
-        await self._submit(self._commands, lambda: self._model.delete_adapter(version))
+        await self._submit(self._commands, lambda: self._delete_now(version))
 
     async def _submit(
         self, q: queue.Queue[tuple[Callable[[], Any], Future[Any]]], fn: Callable[[], Any]
@@ -362,6 +363,11 @@ class TorchBackend:
             self._model = PeftModel.from_pretrained(self._model, str(path), adapter_name=version)
         self._model.eval()
 
+    def _delete_now(self, version: str) -> None:
+        self._model.delete_adapter(version)
+        if not self._model.peft_config:  # last adapter gone: back to the plain base model
+            self._model = self._model.unload()
+
     def _score_now(
         self, prompt_ids: list[int], response_ids: list[int], version: str
     ) -> list[float]:
@@ -370,14 +376,3 @@ class TorchBackend:
             logits = self._model(input_ids=ids, use_cache=False).logits[0]  # (T, V)
         start = len(prompt_ids) - 1
         return continuation_logprobs(logits[start : start + len(response_ids)], response_ids)
-
-
-def _eos_ids(tokenizer: Any) -> tuple[int, ...]:
-    ids = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    for tok in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
-        tid = tokenizer.convert_tokens_to_ids(tok)
-        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid >= 0:
-            ids.add(tid)
-    return tuple(sorted(ids))

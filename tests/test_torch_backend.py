@@ -1,0 +1,182 @@
+"""The embedded torch backend: continuous batching, log-probs, scoring and adapter swaps."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from clawrl_app.engine.backends.base import (
+    BackendError,
+    Finished,
+    GenerationRequest,
+    SamplingParams,
+    TokenOut,
+)
+from clawrl_app.engine.backends.torch_backend import TorchBackend
+from clawrl_app.engine.chat_format import ChatFormatter, eos_token_ids
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def model_copy(loaded_model: tuple[Any, Any]) -> tuple[Any, Any]:
+    """A private copy: loading adapters wraps the model in place."""
+    model, tok = loaded_model
+    return copy.deepcopy(model), tok
+
+
+@pytest.fixture(scope="module")
+def adapter_dir(loaded_model: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A LoRA adapter with random (non-zero) weights, saved in PEFT format."""
+    from peft import LoraConfig, get_peft_model
+
+    model, _ = loaded_model
+    torch.manual_seed(0)
+    cfg = LoraConfig(
+        r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+    )
+    peft_model = get_peft_model(copy.deepcopy(model), cfg)
+    out = tmp_path_factory.mktemp("adapter")
+    peft_model.save_pretrained(str(out))
+    return out
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+async def collect(
+    backend: TorchBackend, ids: list[int], n: int, **kw: Any
+) -> tuple[list[TokenOut], Finished]:
+    toks: list[TokenOut] = []
+    async for ev in backend.generate(
+        GenerationRequest("t", ids, SamplingParams(n, temperature=0.0), **kw)
+    ):
+        if isinstance(ev, TokenOut):
+            toks.append(ev)
+        else:
+            return toks, ev
+    raise AssertionError("stream ended without Finished")
+
+
+def prompts(tok: Any) -> list[list[int]]:
+    fmt = ChatFormatter(tok)
+    qs = [
+        "What is 2+2?",
+        "Write a long poem about the mountains and the sea.",
+        "Hi",
+        "Name three colors.",
+    ]
+    return [fmt.render([{"role": "user", "content": q}]) for q in qs]
+
+
+def test_batched_greedy_equals_solo_and_late_joiners(model_copy: tuple[Any, Any]) -> None:
+    model, tok = model_copy
+    ps = prompts(tok)
+
+    async def go() -> tuple[list[list[int]], list[list[int]]]:
+        be = TorchBackend(model, tok, model_name="m", context_length=8192, max_batch=8)
+        await be.start()
+        solo = [[t.token_id for t in (await collect(be, p, 12))[0]] for p in ps]
+
+        async def late(p: list[int], delay: float) -> list[int]:
+            await asyncio.sleep(delay)  # joins a batch that is already decoding
+            return [t.token_id for t in (await collect(be, p, 12))[0]]
+
+        batched = await asyncio.gather(*[late(p, 0.3 * i) for i, p in enumerate(ps)])
+        await be.stop()
+        return solo, list(batched)
+
+    solo, batched = run(go())
+    assert batched == solo
+
+
+def test_score_reproduces_behaviour_logprobs(model_copy: tuple[Any, Any]) -> None:
+    model, tok = model_copy
+    p = prompts(tok)[0]
+
+    async def go() -> tuple[list[TokenOut], list[float]]:
+        be = TorchBackend(model, tok, model_name="m", context_length=8192)
+        await be.start()
+        toks, _ = await collect(be, p, 10)
+        scored = await be.score(p, [t.token_id for t in toks])
+        await be.stop()
+        return toks, scored
+
+    toks, scored = run(go())
+    assert scored == pytest.approx([t.logprob for t in toks], abs=1e-4)
+
+
+def test_finish_reasons_and_eos_included(model_copy: tuple[Any, Any]) -> None:
+    model, tok = model_copy
+    p = prompts(tok)[2]
+
+    async def go() -> tuple[Any, Any]:
+        be = TorchBackend(model, tok, model_name="m", context_length=8192)
+        await be.start()
+        short = await collect(be, p, 2)
+        full = await collect(be, p, 200)
+        await be.stop()
+        return short, full
+
+    (short_toks, short_fin), (full_toks, full_fin) = run(go())
+    assert short_fin.reason == "length" and len(short_toks) == 2
+    assert full_fin.reason == "stop" and full_toks[-1].token_id in eos_token_ids(tok)
+    assert full_fin.completion_tokens == len(full_toks) and full_fin.policy_version == "base"
+
+
+def test_adapter_publish_swaps_without_dropping_inflight(
+    model_copy: tuple[Any, Any], adapter_dir: Path
+) -> None:
+    model, tok = model_copy
+    ps = prompts(tok)
+
+    async def go() -> dict[str, Any]:
+        be = TorchBackend(model, tok, model_name="m", context_length=8192)
+        await be.start()
+        base_toks, _ = await collect(be, ps[0], 8)
+        # a long answer on base is in flight while v1 is loaded and activated
+        long_task = asyncio.create_task(collect(be, ps[1], 40))
+        await asyncio.sleep(0.5)
+        await be.load_adapter("v1", adapter_dir)
+        await be.activate("v1")
+        new_toks, new_fin = await collect(be, ps[0], 8)
+        long_toks, long_fin = await long_task
+        base_score = await be.score(ps[0], [t.token_id for t in new_toks])  # adapter off
+        v1_score = await be.score(ps[0], [t.token_id for t in new_toks], version="v1")
+        with pytest.raises(BackendError):
+            await be.load_adapter("v1", adapter_dir)  # never reuse a version name
+        with pytest.raises(BackendError):
+            await be.unload_adapter("v1")  # it is being served
+        await be.activate("base")
+        await be.unload_adapter("v1")
+        after, after_fin = await collect(be, ps[0], 8)
+        await be.stop()
+        return dict(
+            base=base_toks,
+            new=new_toks,
+            new_fin=new_fin,
+            long_fin=long_fin,
+            long=long_toks,
+            base_score=base_score,
+            v1_score=v1_score,
+            after=after,
+            after_fin=after_fin,
+            versions=be.info().versions,
+        )
+
+    r = run(go())
+    assert r["long_fin"].policy_version == "base" and len(r["long"]) > 0
+    assert r["new_fin"].policy_version == "v1"
+    assert [t.logprob for t in r["new"]] == pytest.approx(r["v1_score"], abs=1e-4)
+    assert r["base_score"] != pytest.approx(r["v1_score"], abs=1e-3), (
+        "the adapter changes the policy"
+    )
+    assert r["after_fin"].policy_version == "base"
+    assert [t.token_id for t in r["after"]] == [t.token_id for t in r["base"]]
+    assert r["versions"] == ["base"]
