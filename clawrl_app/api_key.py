@@ -5,6 +5,7 @@ Headless Linux and CI have no keyring backend (`NoKeyringError`), hence the fall
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from dataclasses import dataclass
 
@@ -76,5 +77,10 @@ def get_api_key(paths: AppPaths, *, create: bool = True, use_keyring: bool = Tru
 
 
 def is_loopback(host: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and localhost."""
-    return host == "localhost" or host == "::1" or host.startswith("127.")
+    """True for 127.0.0.0/8, ::1 and localhost (host names other than localhost are not)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

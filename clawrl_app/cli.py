@@ -79,9 +79,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+FLAG_NAMES = {
+    "model.path": "--model",
+    "server.host": "--host",
+    "server.port": "--port",
+    "hardware.backend": "--backend",
+}
+
+
 def _load(args: argparse.Namespace, paths: AppPaths) -> LoadedSettings:
     flags = {k: v for k, v in vars(args).items() if "." in k}
-    return load_settings(paths.config_file, cli=flags)
+    return load_settings(paths.config_file, cli=flags, flag_names=FLAG_NAMES)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,25 +230,18 @@ def cmd_openclaw_config(args: argparse.Namespace, loaded: LoadedSettings, paths:
         with contextlib.suppress(Exception):
             ctx = resolve_model(s.model.path, paths, progress=False).context_length
     host = "127.0.0.1" if s.server.host in ("0.0.0.0", "::") else s.server.host
-    print(
-        json.dumps(
-            openclaw_block(
-                host,
-                s.server.port,
-                s.server.model_alias,
-                key.value if key else "local",
-                ctx,
-                max_tokens,
-            ),
-            indent=2,
-        )
+    block = openclaw_block(
+        host, s.server.port, s.server.model_alias, key.value if key else "local", ctx, max_tokens
     )
     if args.compact or ctx < 16384:
+        block.update(COMPACT_OPENCLAW)
         print(
-            "\n# The model's context is small: also put these in openclaw.json so OpenClaw's "
-            "prompt (~2k tokens) fits:"
+            "note: the model's context is small, so the block includes OpenClaw's compact "
+            "settings (minimal tools, no bootstrap files): its prompt then fits (~2k tokens).",
+            file=sys.stderr,
         )
-        print(json.dumps(COMPACT_OPENCLAW, indent=2))
+    print(json.dumps(block, indent=2))
+    print("Merge this into ~/.openclaw/openclaw.json.", file=sys.stderr)
     return 0
 
 

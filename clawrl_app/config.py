@@ -185,8 +185,6 @@ def _put(
         raise ConfigError(
             f"Unknown setting '{section}.{key}' (from {source}). Allowed keys: {allowed}."
         )
-    if isinstance(value, str) and value == "" and source.startswith("env"):
-        value = None
     layers.setdefault(section, {})[key] = value
     sources[f"{section}.{key}"] = source
 
@@ -209,10 +207,12 @@ def _from_env(
     env: Mapping[str, str], layers: dict[str, dict[str, Any]], sources: dict[str, str]
 ) -> None:
     for name, (section, key) in UPSTREAM_ENV.items():
-        if name in env:
+        if env.get(name, "") != "":  # an empty variable counts as unset
             _put(layers, sources, section, key, env[name], f"env {name}")
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        if value == "":
             continue
         section, _, key = name[len(ENV_PREFIX) :].lower().partition("__")
         _put(layers, sources, section, key, value, f"env {name}")
@@ -222,10 +222,12 @@ def load_settings(
     config_file: Path | None = None,
     env: Mapping[str, str] | None = None,
     cli: Mapping[str, Any] | None = None,
+    flag_names: Mapping[str, str] | None = None,
 ) -> LoadedSettings:
     """Build the effective settings; raise ConfigError naming key, source and allowed values.
 
     `cli` maps dotted keys (`server.port`) to values; None values are ignored.
+    `flag_names` maps dotted keys to the flag that set them (`model.path` -> `--model`).
     """
     layers: dict[str, dict[str, Any]] = {}
     sources: dict[str, str] = {}
@@ -236,7 +238,8 @@ def load_settings(
         if value is None:
             continue
         section, _, key = dotted.partition(".")
-        _put(layers, sources, section, key, value, f"flag --{key.replace('_', '-')}")
+        flag = (flag_names or {}).get(dotted, f"--{key.replace('_', '-')}")
+        _put(layers, sources, section, key, value, f"flag {flag}")
     try:
         settings = Settings.model_validate(layers)
     except ValidationError as exc:

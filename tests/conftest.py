@@ -30,69 +30,13 @@ def loaded_model(embedded_model: ResolvedModel) -> tuple[Any, Any]:
 
 
 # --- a real engine (endpoint + torch backend + store) on a free loopback port -------------
-class RunningEngine:
-    """An Engine running on its own event loop in a background thread."""
-
-    def __init__(self, engine: Any, loop: Any, thread: Any) -> None:
-        self.engine = engine
-        self.loop = loop
-        self.thread = thread
-
-    @property
-    def url(self) -> str:
-        return str(self.engine.url)
-
-    @property
-    def base(self) -> str:
-        return self.url.removesuffix("/v1")
-
-    def call(self, coro: Any, timeout: float = 120) -> Any:
-        """Run a coroutine on the engine's loop and wait for its result."""
-        import asyncio
-
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-
-def start_engine(home: Path, env: dict[str, str], events: Any = None) -> RunningEngine:
-    """Start an Engine in a thread; returns once the endpoint is ready."""
-    import asyncio
-    import threading
-
+def start_engine(home: Path, env: dict[str, str], events: Any = None) -> Any:
+    """Start an Engine in a background thread; returns once the endpoint is ready."""
     from clawrl_app.config import load_settings
-    from clawrl_app.engine.orchestrator import Engine
+    from clawrl_app.engine.engine_thread import EngineThread
 
     settings = load_settings(env=env).settings
-    engine = Engine(settings, app_paths(home), events=events, progress=False)
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-
-        async def boot() -> None:
-            try:
-                await engine.start()
-            except BaseException as exc:
-                failure.append(exc)
-            finally:
-                started.set()
-
-        loop.run_until_complete(boot())
-        loop.run_forever()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    started.wait(300)
-    if failure:
-        raise failure[0]
-    return RunningEngine(engine, loop, thread)
-
-
-def stop_engine(running: RunningEngine) -> None:
-    running.call(running.engine.stop())
-    running.loop.call_soon_threadsafe(running.loop.stop)
-    running.thread.join(10)
+    return EngineThread(settings, app_paths(home), events=events).start()
 
 
 @pytest.fixture(scope="session")
@@ -116,4 +60,4 @@ def engine(
     }
     running = start_engine(home, env, events=engine_events.append)
     yield running
-    stop_engine(running)
+    running.stop()

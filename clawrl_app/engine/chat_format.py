@@ -183,7 +183,7 @@ class IncrementalText:
             if pos >= 0:
                 self.text = self.text[:pos]
                 self.stopped = True
-                return self._flush(len(self.text))
+                return self._flush(self._tool_start())
         safe = len(self.text)
         if self.text.endswith("\ufffd"):
             safe = len(self.text.rstrip("\ufffd"))
@@ -193,10 +193,13 @@ class IncrementalText:
 
     def finish(self) -> str:
         """Everything not yet sent (tool-call blocks excluded when tools were offered)."""
-        end = len(self.text)
+        return self._flush(self._tool_start())
+
+    def _tool_start(self) -> int:
+        """Where visible content ends: the first `<tool_call>` when tools were offered."""
         if self._tools and TOOL_OPEN in self.text[self.sent :]:
-            end = self.text.index(TOOL_OPEN, self.sent)
-        return self._flush(end)
+            return self.text.index(TOOL_OPEN, self.sent)
+        return len(self.text)
 
     def _flush(self, upto: int) -> str:
         if upto <= self.sent:

@@ -330,10 +330,11 @@ class ChatService:
         return row
 
     def _write_turn(self, source: str, turn: NewTurn, done: bool) -> int:
-        self.store.ensure_session(turn.session_id, source)
-        row = self.store.record_turn(turn)
-        if done:
-            self.store.close_session(turn.session_id, "done")
+        with self.store.atomic():  # one transaction per turn
+            self.store.ensure_session(turn.session_id, source)
+            row = self.store.record_turn(turn)
+            if done:
+                self.store.close_session(turn.session_id, "done")
         return row.id
 
     def close_idle_sessions(self, idle_s: float) -> list[str]:

@@ -50,6 +50,43 @@ class StoreFailed(Event):
 
 
 @dataclass(frozen=True)
+class SampleCreated(Event):
+    """The collector linked a main turn to its next state."""
+
+    sample_id: int
+    turn_id: int
+    session_id: str
+    next_state_role: str
+
+
+@dataclass(frozen=True)
+class SampleJudged(Event):
+    sample_id: int
+    turn_id: int
+    session_id: str
+    score: int
+    hint_accepted: bool
+    backend: str
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class TurnRated(Event):
+    """The user rated a turn explicitly (overrides the judge)."""
+
+    session_id: str
+    turn_id: int
+    rating: int
+    hint: str | None
+
+
+@dataclass(frozen=True)
+class LoopFailed(Event):
+    loop: str
+    error: str
+
+
+@dataclass(frozen=True)
 class PolicyPublished(Event):
     version: str
     previous: str

@@ -20,6 +20,7 @@ from clawrl_app.engine.api import create_app
 from clawrl_app.engine.backends.base import Backend
 from clawrl_app.engine.chat_format import ChatFormatter
 from clawrl_app.engine.chat_service import ChatService
+from clawrl_app.engine.event_log import EventLog
 from clawrl_app.engine.events import Event, EventSink, fan_out
 from clawrl_app.engine.http_server import HttpServer, bind_socket
 from clawrl_app.engine.store import Store
@@ -66,6 +67,7 @@ class Engine:
         self.loops: dict[str, LoopStatus] = {"serving": LoopStatus("serving")}
         self._tasks: list[asyncio.Task[Any]] = []
         self._ready = False
+        self._event_log: EventLog | None = None
 
     # -- wiring ----------------------------------------------------------------------
     def add_sink(self, sink: EventSink) -> None:
@@ -73,9 +75,8 @@ class Engine:
 
     def _emit(self, event: Event) -> None:
         fan_out(*self._sinks)(event)
-        if self.store is not None:
-            with contextlib.suppress(Exception):
-                self.store.add_event(event.kind, event.payload())
+        if self._event_log is not None:
+            self._event_log(event)
 
     @property
     def url(self) -> str:
@@ -92,6 +93,7 @@ class Engine:
         """Resolve and load the model, start the backend and the endpoint."""
         s = self.settings
         self.store = Store(self.paths.store_file)
+        self._event_log = EventLog(self.store)
         needs_key = s.server.require_api_key or not is_loopback(s.server.host)
         if needs_key:
             key = get_api_key(self.paths)
@@ -171,6 +173,9 @@ class Engine:
             await self.http.stop()
         if self.backend is not None:
             await self.backend.stop()
+        if self._event_log is not None:
+            self._event_log.close()
+            self._event_log = None
         if self.store is not None:
             self.store.close()
         self.loops["serving"].state = "stopped"

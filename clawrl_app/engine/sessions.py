@@ -133,7 +133,7 @@ def looks_like_utility(messages: list[dict[str, Any]], meta: SessionMeta) -> boo
     non_system = [m for m in messages if m.get("role") not in ("system", "developer")]
     if len(non_system) != 1:
         return False
-    text = " ".join(message_text(m.get("content")) for m in messages)
+    text = " ".join(message_text(m.get("content")) for m in non_system)
     return bool(_UTILITY.search(text))
 
 

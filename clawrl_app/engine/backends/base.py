@@ -37,6 +37,8 @@ class GenerationRequest:
     params: SamplingParams
     version: str | None = None
     """Policy version to sample from; None = whatever is active at admission."""
+    background: bool = False
+    """Judge and other internal work: never slows user requests down (served when idle)."""
 
 
 @dataclass(frozen=True)

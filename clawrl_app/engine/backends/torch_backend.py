@@ -76,10 +76,12 @@ class TorchBackend:
         self._max_queue = max_queue
         self._eos = eos_token_ids(tokenizer)
         self._pending: queue.Queue[_Row] = queue.Queue()
+        self._pending_bg: queue.Queue[_Row] = queue.Queue()
         self._commands: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
         self._scores: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
         self._wake = threading.Event()
-        self._batches: dict[str, DecodeBatch] = {}
+        # one decode batch per (version, background) lane
+        self._batches: dict[tuple[str, bool], DecodeBatch] = {}
         self._versions: dict[str, Path | None] = {BASE_VERSION: None}
         self._active = BASE_VERSION
         self._inflight: dict[str, int] = {}
@@ -127,7 +129,7 @@ class TorchBackend:
             loop.call_soon_threadsafe(events.put_nowait, ev)
 
         row = _Row(request=request, emit=emit)  # type: ignore[arg-type]
-        self._pending.put(row)
+        (self._pending_bg if request.background else self._pending).put(row)
         self._wake.set()
         return self._stream(row, events)
 
@@ -197,6 +199,7 @@ class TorchBackend:
             if (
                 not self._batches
                 and self._pending.empty()
+                and self._pending_bg.empty()
                 and self._commands.empty()
                 and self._scores.empty()
             ):
@@ -207,13 +210,16 @@ class TorchBackend:
             self.busy_since = self.busy_since or time.monotonic()
             try:
                 self._run_commands()
-                self._admit()
-                if not self._batches:
-                    self._run_one(self._scores)  # scoring only when no answer is decoding
-                for version in list(self._batches):
-                    self._decode_step(version)
-                if self._batches and not self._scores.empty() and self._pending.empty():
-                    self._run_one(self._scores)  # interleave: one score per decode round
+                self._admit(self._pending, background=False)
+                user_keys = [k for k in self._batches if not k[1]]
+                if user_keys:  # user answers first; background lanes wait
+                    for key in user_keys:
+                        self._decode_step(key)
+                    continue
+                self._run_one(self._scores)  # judge scoring: one forward pass per round
+                self._admit(self._pending_bg, background=True)
+                for key in list(self._batches):
+                    self._decode_step(key)
             except Exception as exc:  # keep serving; fail only the rows involved
                 log.exception("torch backend step failed")
                 self._fail_all(BackendError(f"generation failed: {exc}"))
@@ -234,11 +240,13 @@ class TorchBackend:
         except Exception as exc:
             fut.set_exception(exc)
 
-    def _admit(self) -> None:
+    def _admit(self, pending: queue.Queue[_Row], background: bool) -> None:
         room = self._max_batch - sum(b.size for b in self._batches.values())
         while room > 0:
+            if background and not self._pending.empty():
+                return  # a user request arrived: it goes first
             try:
-                row = self._pending.get_nowait()
+                row = pending.get_nowait()
             except queue.Empty:
                 return
             if row.cancelled.is_set():
@@ -253,10 +261,11 @@ class TorchBackend:
             single = self._prefill(row)
             if single is None:
                 continue
-            if row.version in self._batches:
-                self._batches[row.version].merge(single)
+            key = (row.version, background)
+            if key in self._batches:
+                self._batches[key].merge(single)
             else:
-                self._batches[row.version] = single
+                self._batches[key] = single
             room -= 1
 
     def _prefill(self, row: _Row) -> DecodeBatch | None:
@@ -280,19 +289,19 @@ class TorchBackend:
             return batch
         return None
 
-    def _decode_step(self, version: str) -> None:
-        batch = self._batches[version]
+    def _decode_step(self, key: tuple[str, bool]) -> None:
+        batch = self._batches[key]
         alive = [i for i, r in enumerate(batch.rows) if not r.cancelled.is_set()]
         self._drop(batch, alive)
         if not batch.rows:
-            del self._batches[version]
+            del self._batches[key]
             return
         inputs = batch.step_inputs([r.next_id for r in batch.rows])
-        with self._adapter(version):
+        with self._adapter(key[0]):
             out = self._model(**inputs, past_key_values=batch.cache, use_cache=True)
         batch.cache = out.past_key_values
         if not self._emit_tokens(batch, out.logits[:, -1, :]):
-            del self._batches[version]
+            del self._batches[key]
 
     def _emit_tokens(self, batch: DecodeBatch, logits_BV: torch.Tensor) -> bool:
         """Sample one token per row, stream it, drop finished rows; False when none remain."""
@@ -342,8 +351,9 @@ class TorchBackend:
                 row.emit(exc)  # type: ignore[arg-type]
                 self._inflight[row.version] -= 1
         self._batches.clear()
-        while not self._pending.empty():
-            self._pending.get_nowait().emit(exc)  # type: ignore[arg-type]
+        for pending in (self._pending, self._pending_bg):
+            while not pending.empty():
+                pending.get_nowait().emit(exc)  # type: ignore[arg-type]
 
     def _adapter(self, version: str) -> AbstractContextManager[Any]:
         """Select `version` for the next forward pass (base = adapters disabled)."""

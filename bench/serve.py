@@ -1,0 +1,158 @@
+"""Serving benchmark on the embedded model (CPU).
+
+(a) Endpoint overhead: the same prompts answered with 1 token through the HTTP endpoint
+    (official openai client path: JSON, session inference, recording in SQLite) vs the
+    backend called directly (chat template + generate). Interleaved, median of N.
+(b) Throughput: output tokens/s with 1 vs 4 concurrent streaming clients.
+
+Run: `.venv/bin/python bench/serve.py [--rounds 30] [--tokens 64] [--repeats 3]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from clawrl_app.config import load_settings  # noqa: E402
+from clawrl_app.engine.backends.base import GenerationRequest, SamplingParams  # noqa: E402
+from clawrl_app.engine.engine_thread import EngineThread  # noqa: E402
+from clawrl_app.models import resolve_model  # noqa: E402
+from clawrl_app.paths import app_paths  # noqa: E402
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Give me a synonym for happy.",
+    "How many legs does a spider have?",
+    "Name a programming language.",
+    "What colour is the sky on a clear day?",
+    "Suggest a name for a cat.",
+]
+
+
+async def direct_once(engine: Any, prompt: str) -> float:
+    """Chat template + backend generation of one token, timed on the engine's loop."""
+    svc = engine.service
+    t0 = time.perf_counter()
+    ids = svc.formatter.render([{"role": "user", "content": prompt}])
+    req = GenerationRequest("bench", ids, SamplingParams(1, temperature=0.0))
+    async for _ in engine.backend.generate(req):
+        pass
+    return time.perf_counter() - t0
+
+
+def endpoint_once(client: httpx.Client, url: str, prompt: str) -> float:
+    t0 = time.perf_counter()
+    r = client.post(
+        url,
+        json={
+            "model": "clawrl",
+            "max_tokens": 1,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": prompt}],
+        },
+    )
+    r.raise_for_status()
+    return time.perf_counter() - t0
+
+
+def overhead(et: EngineThread, rounds: int) -> dict[str, float]:
+    url = f"{et.url}/chat/completions"
+    direct, endpoint = [], []
+    with httpx.Client(timeout=60) as client:
+        for p in PROMPTS:  # warm-up
+            endpoint_once(client, url, p)
+            et.call(direct_once(et.engine, p))
+        for i in range(rounds):
+            p = PROMPTS[i % len(PROMPTS)]
+            direct.append(et.call(direct_once(et.engine, p)))
+            endpoint.append(endpoint_once(client, url, p))
+    ratios = [e / d for e, d in zip(endpoint, direct, strict=True)]
+    d50, e50 = statistics.median(direct), statistics.median(endpoint)
+    return {
+        "direct_p50_ms": d50 * 1000,
+        "endpoint_p50_ms": e50 * 1000,
+        "overhead_p50_ms": (e50 - d50) * 1000,
+        "median_ratio": statistics.median(ratios),
+    }
+
+
+async def stream_tokens(client: httpx.AsyncClient, url: str, prompt: str, tokens: int) -> int:
+    body = {
+        "model": "clawrl",
+        "max_tokens": tokens,
+        "temperature": 0.7,
+        "seed": 1,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": [{"role": "user", "content": f"Write a long story. {prompt}"}],
+    }
+    n = 0
+    async with client.stream("POST", url, json=body) as r:
+        async for line in r.aiter_lines():
+            if '"usage"' in line and '"choices": []' in line:
+                import json
+
+                n = json.loads(line[6:])["usage"]["completion_tokens"]
+    return n
+
+
+def throughput(et: EngineThread, clients: int, tokens: int) -> float:
+    url = f"{et.url}/chat/completions"
+
+    async def go() -> float:
+        async with httpx.AsyncClient(timeout=600) as c:
+            t0 = time.perf_counter()
+            counts = await asyncio.gather(
+                *[stream_tokens(c, url, PROMPTS[i], tokens) for i in range(clients)]
+            )
+            return sum(counts) / (time.perf_counter() - t0)
+
+    return asyncio.run(go())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--rounds", type=int, default=30, help="overhead samples")
+    ap.add_argument("--tokens", type=int, default=64, help="tokens per streaming client")
+    ap.add_argument("--repeats", type=int, default=3, help="throughput runs per setting (median)")
+    args = ap.parse_args()
+    model = resolve_model(None, app_paths())  # the user's cache: converted once
+    home = tempfile.mkdtemp(prefix="clawrl-bench-")
+    settings = load_settings(
+        env={"CLAWRL_MODEL__PATH": str(model.path), "CLAWRL_SERVER__PORT": "0"}
+    ).settings
+    et = EngineThread(settings, app_paths(home)).start()
+    try:
+        o = overhead(et, args.rounds)
+        throughput(et, 4, 8)  # warm-up of the batched shapes
+        ones, fours = [], []
+        for _ in range(args.repeats):  # interleaved, median: this machine is noisy
+            ones.append(throughput(et, 1, args.tokens))
+            fours.append(throughput(et, 4, args.tokens))
+        one, four = statistics.median(ones), statistics.median(fours)
+    finally:
+        et.stop()
+    print("\n| measure | value | goal |")
+    print("|---|---|---|")
+    print(f"| direct backend, 1-token answer, p50 | {o['direct_p50_ms']:.1f} ms | |")
+    print(f"| endpoint, 1-token answer, p50 | {o['endpoint_p50_ms']:.1f} ms | |")
+    print(f"| endpoint overhead, p50 | {o['overhead_p50_ms']:.2f} ms | <= 3 ms |")
+    print(f"| endpoint / direct, median ratio | {o['median_ratio']:.3f}x | <= 1.05x |")
+    print(f"| 1 streaming client | {one:.1f} tok/s | |")
+    print(f"| 4 concurrent streaming clients | {four:.1f} tok/s ({four / one:.2f}x) | >= 2x |")
+
+
+if __name__ == "__main__":
+    main()
