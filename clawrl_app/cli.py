@@ -33,6 +33,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         choices=["auto", "torch", "sglang"],
         help="serving backend",
     )
+    p.add_argument(
+        "--custom-reward-path",
+        dest="judge.custom_reward_path",
+        metavar="FILE",
+        help="Python file defining reward(turn, next_state, context); replaces the judge",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,6 +81,18 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("session_id")
     p.add_argument("--limit", type=int, default=50, help="how many sessions to list")
 
+    p = sub.add_parser("judge-eval", help="measure each judge backend against labelled next states")
+    p.add_argument(
+        "--backend",
+        choices=["heuristic", "policy", "openai", "all"],
+        default="all",
+        help="which judge to evaluate (default: all available)",
+    )
+    p.add_argument("--limit", type=int, default=0, help="only the first N items (0 = all)")
+    p.add_argument(
+        "--model", dest="model.path", metavar="SPEC", help="policy model for --backend policy"
+    )
+
     p = sub.add_parser("api-key", help="print the endpoint's API key and where it is stored")
     return parser
 
@@ -84,6 +102,7 @@ FLAG_NAMES = {
     "server.host": "--host",
     "server.port": "--port",
     "hardware.backend": "--backend",
+    "judge.custom_reward_path": "--custom-reward-path",
 }
 
 
@@ -281,46 +300,88 @@ def openclaw_block(
 
 def cmd_sessions(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
     from clawrl_app.engine.store import Store
+    from clawrl_app.session_report import session_detail, session_list
 
     if not paths.store_file.exists():
         print("No store yet: start the app (`make run` or `clawrl-app serve`) and chat with it.")
         return 0
-    store = Store(paths.store_file)
-    try:
+    with Store(paths.store_file) as store:
         if args.sessions_command == "show":
-            sess = store.get_session(args.session_id)
-            if sess is None:
+            text = session_detail(store, args.session_id)
+            if text is None:
                 print(
                     f"error: no session {args.session_id!r}; `clawrl-app sessions` lists them.",
                     file=sys.stderr,
                 )
                 return 1
-            print(
-                f"session {sess.id}  source={sess.source}  review={sess.review_state}"
-                f"  closed={sess.close_reason or 'open'}"
-            )
-            for t in store.turns_for_session(sess.id):
-                last = (t.request.get("messages") or [{}])[-1]
-                print(
-                    f"\n[{t.idx}] {t.type} turn, policy {t.policy_version}, "
-                    f"{t.completion_tokens} tokens, {t.latency_ms:.0f} ms"
-                )
-                print(f"  {last.get('role', '?')}: {str(last.get('content', ''))[:300]}")
-                print(f"  assistant: {t.response_text[:300]}")
+            print(text)
             return 0
-        rows = store.list_sessions(limit=args.limit)
-        if not rows:
-            print("No sessions recorded yet.")
-        for sess in rows:
-            turns = store.turns_for_session(sess.id)
-            mains = sum(1 for t in turns if t.type == "main")
-            print(
-                f"{sess.id:40s} {sess.source:9s} {mains:3d} main / {len(turns) - mains:2d} side"
-                f"  {sess.review_state:9s} {sess.close_reason or 'open'}"
+        print(session_list(store, args.limit))
+    return 0
+
+
+def cmd_judge_eval(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    import asyncio
+
+    from clawrl_app.engine.judge import HeuristicJudge, Judge, LLMJudge, openai_generator
+    from clawrl_app.judge_eval import format_report, load_items, stderr_progress
+
+    items = load_items()[: args.limit] if args.limit else load_items()
+    s = loaded.settings.judge
+    kinds = ["heuristic", "policy"] if args.backend == "all" else [args.backend]
+    if args.backend == "all" and s.openai_url and s.openai_model:
+        kinds.append("openai")
+    print(
+        f"{len(items)} labelled next states ({sum(1 for i in items if i['label'] == 1)} positive, "
+        f"{sum(1 for i in items if i['label'] == 0)} neutral, "
+        f"{sum(1 for i in items if i['label'] == -1)} negative)"
+    )
+    for kind in kinds:
+        judge: Judge
+        backend = None
+        if kind == "heuristic":
+            judge = HeuristicJudge()
+        elif kind == "openai":
+            if not s.openai_url or not s.openai_model:
+                print(
+                    "error: set judge.openai_url and judge.openai_model for the openai judge.",
+                    file=sys.stderr,
+                )
+                return 2
+            judge = LLMJudge(
+                "openai", openai_generator(s.openai_url, s.openai_model, s.openai_api_key), s
             )
-        return 0
+        else:
+            judge, backend = _local_policy_judge(loaded, paths)
+        report = asyncio.run(_eval_with(judge, backend, items, stderr_progress))
+        print(format_report(report))
+    return 0
+
+
+def _local_policy_judge(loaded: LoadedSettings, paths: AppPaths) -> tuple[Any, Any]:
+    """The policy judge on an in-process torch backend (the base weights)."""
+    from clawrl_app.engine.backends.torch_backend import TorchBackend
+    from clawrl_app.engine.chat_format import ChatFormatter
+    from clawrl_app.engine.judge import LLMJudge, policy_generator
+    from clawrl_app.models import load_model, resolve_model
+
+    m = resolve_model(loaded.settings.model.path, paths)
+    model, tok = load_model(m)
+    backend = TorchBackend(model, tok, model_name=m.name, context_length=m.context_length)
+    fmt = ChatFormatter(tok)
+    return LLMJudge("policy", policy_generator(backend, fmt), loaded.settings.judge), backend
+
+
+async def _eval_with(judge: Any, backend: Any, items: list[Any], progress: Any) -> Any:
+    from clawrl_app.judge_eval import evaluate
+
+    if backend is not None:
+        await backend.start()
+    try:
+        return await evaluate(judge, items, progress)
     finally:
-        store.close()
+        if backend is not None:
+            await backend.stop()
 
 
 def cmd_api_key(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
@@ -340,6 +401,7 @@ COMMANDS = {
     "config": cmd_config,
     "openclaw-config": cmd_openclaw_config,
     "sessions": cmd_sessions,
+    "judge-eval": cmd_judge_eval,
     "api-key": cmd_api_key,
 }
 

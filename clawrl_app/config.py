@@ -87,6 +87,12 @@ class JudgeSettings(_Section):
     """Base URL of an OpenAI-compatible judge when backend = openai."""
     openai_model: str | None = None
     """Model name at that judge endpoint."""
+    openai_api_key: str | None = None
+    """API key for that judge endpoint (prefer the env var CLAWRL_JUDGE__OPENAI_API_KEY)."""
+    teacher: Literal["base", "policy"] = "base"
+    """OPD teacher: the frozen base model (adapter off) or the current policy (self-distillation)."""
+    custom_reward_path: str | None = None
+    """A Python file defining reward(turn, next_state, context); it replaces the judge."""
 
 
 class TrainSettings(_Section):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -35,6 +35,7 @@ def create_app(
     api_key: str | None = None,
     max_body_bytes: int = 8 * 1024 * 1024,
     ready: Any = lambda: True,
+    feedback: Callable[[Any], Awaitable[dict[str, Any]]] | None = None,
 ) -> FastAPI:
     """The endpoint app. `api_key` None = no auth (loopback only); `ready()` backs /readyz."""
     app = FastAPI(title="clawrl-app", docs_url=None, redoc_url=None, openapi_url=None)
@@ -105,6 +106,13 @@ def create_app(
         ]
         data[0]["current_version"] = service.model_name(service.backend.active_version)
         return {"object": "list", "data": data}
+
+    @app.post("/v1/feedback", dependencies=[Depends(authorized)])
+    async def post_feedback(request: Request) -> JSONResponse:
+        """Explicit rating (+1/-1) and optional hint for a turn; overrides the judge."""
+        if feedback is None:
+            raise ApiError(404, "Feedback is not enabled on this server.", type="not_found")
+        return JSONResponse(await feedback(await _read_json(request, max_body_bytes)))
 
     @app.post("/v1/chat/completions", dependencies=[Depends(authorized)])
     async def chat(request: Request) -> Response:

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from clawrl_app.engine.events import EventSink, SampleCreated
+from clawrl_app.engine.events import EventSink, SampleCreated, wait_for_poke
 from clawrl_app.engine.sessions import message_text
 from clawrl_app.engine.store import Store, TurnRow
 
@@ -121,11 +121,7 @@ class Collector:
             except Exception as exc:
                 log.exception("collector pass failed")
                 self.last_error = f"{type(exc).__name__}: {exc}"
-            try:
-                await asyncio.wait_for(self._wake.wait(), self.interval_s)
-            except asyncio.TimeoutError:
-                pass
-            self._wake.clear()
+            await wait_for_poke(self._wake, self.interval_s)
 
     def status(self) -> dict[str, Any]:
         return {

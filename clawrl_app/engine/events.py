@@ -6,6 +6,8 @@ Commands go in as plain method calls; events come out through `EventSink`, e.g.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -106,3 +108,10 @@ def fan_out(*sinks: EventSink) -> EventSink:
                 log.exception("event sink failed for %s", event.kind)
 
     return sink
+
+
+async def wait_for_poke(poke: asyncio.Event, timeout_s: float) -> None:
+    """Sleep until `poke` is set or `timeout_s` passes, then clear it (loop pacing)."""
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(poke.wait(), timeout_s)
+    poke.clear()

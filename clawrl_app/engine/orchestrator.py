@@ -20,10 +20,20 @@ from clawrl_app.engine.api import create_app
 from clawrl_app.engine.backends.base import Backend
 from clawrl_app.engine.chat_format import ChatFormatter
 from clawrl_app.engine.chat_service import ChatService
+from clawrl_app.engine.collector import Collector
 from clawrl_app.engine.event_log import EventLog
-from clawrl_app.engine.events import Event, EventSink, fan_out
+from clawrl_app.engine.events import (
+    Event,
+    EventSink,
+    SampleCreated,
+    SessionClosed,
+    TurnRecorded,
+    fan_out,
+)
+from clawrl_app.engine.feedback import Feedback, apply_feedback, parse_feedback
 from clawrl_app.engine.http_server import HttpServer, bind_socket
-from clawrl_app.engine.store import Store
+from clawrl_app.engine.judge import JudgeLoop, build_judge
+from clawrl_app.engine.store import JudgmentRow, Store
 from clawrl_app.hardware import ModelInfo, Plan, inventory, plan
 from clawrl_app.models import ResolvedModel, read_model_config, resolve_model
 from clawrl_app.paths import AppPaths
@@ -68,12 +78,18 @@ class Engine:
         self._tasks: list[asyncio.Task[Any]] = []
         self._ready = False
         self._event_log: EventLog | None = None
+        self.collector: Collector | None = None
+        self.judge_loop: JudgeLoop | None = None
 
     # -- wiring ----------------------------------------------------------------------
     def add_sink(self, sink: EventSink) -> None:
         self._sinks.append(sink)
 
     def _emit(self, event: Event) -> None:
+        if isinstance(event, TurnRecorded | SessionClosed) and self.collector is not None:
+            self.collector.poke()
+        elif isinstance(event, SampleCreated) and self.judge_loop is not None:
+            self.judge_loop.poke()
         fan_out(*self._sinks)(event)
         if self._event_log is not None:
             self._event_log(event)
@@ -93,6 +109,9 @@ class Engine:
         """Resolve and load the model, start the backend and the endpoint."""
         s = self.settings
         self.store = Store(self.paths.store_file)
+        released = self.store.release_claims()  # one engine per store: old claims are dead
+        if released:
+            log.info("re-queued %d samples whose judging was interrupted", released)
         self._event_log = EventLog(self.store)
         needs_key = s.server.require_api_key or not is_loopback(s.server.host)
         if needs_key:
@@ -115,15 +134,28 @@ class Engine:
             default_max_tokens=s.server.default_max_tokens,
             events=self._emit,
         )
+        self.collector = Collector(self.store, events=self._emit)
+        self.judge_loop = JudgeLoop(
+            self.store,
+            backend,
+            self.service.formatter,
+            build_judge(s, self.plan.judge_backend, backend, self.service.formatter),
+            settings=s.judge,
+            grace_s=s.review.grace_s,
+            events=self._emit,
+        )
         app = create_app(
             self.service,
             api_key=self.api_key,
             max_body_bytes=s.server.max_body_bytes,
             ready=self.ready,
+            feedback=self._feedback_route,
         )
         self.http = HttpServer(app, bind_socket(s.server.host, s.server.port))
         await self.http.start()
         self._tasks.append(asyncio.create_task(self._close_idle_sessions()))
+        self._tasks.append(asyncio.create_task(self.collector.run()))
+        self._tasks.append(asyncio.create_task(self.judge_loop.run()))
         self._ready = True
         self.loops["serving"].state = "running"
         log.info("serving %s at %s", self.model.name, self.url)
@@ -183,3 +215,61 @@ class Engine:
     @property
     def model_path(self) -> Path | None:
         return self.model.path if self.model else None
+
+    # -- commands (the TUI and the admin API call these) --------------------------------
+    async def rate_turn(
+        self,
+        session_id: str,
+        turn: int | None,
+        rating: int,
+        hint: str | None = None,
+        turn_id: int | None = None,
+    ) -> JudgmentRow:
+        """The user's explicit rating (+1/-1) and optional hint for a turn."""
+        body = {
+            "session_id": session_id,
+            "turn": turn,
+            "turn_id": turn_id,
+            "rating": rating,
+            "hint": hint,
+        }
+        return await self._apply_feedback(parse_feedback(body))
+
+    async def _apply_feedback(self, fb: Feedback) -> JudgmentRow:
+        assert self.store is not None and self.backend is not None and self.service is not None
+        assert self.judge_loop is not None
+        return await apply_feedback(
+            self.store,
+            self.backend,
+            self.service.formatter,
+            fb,
+            grace_s=self.settings.review.grace_s,
+            teacher_version=self.judge_loop.teacher_version(),
+            events=self._emit,
+        )
+
+    async def _feedback_route(self, body: Any) -> dict[str, Any]:
+        row = await self._apply_feedback(parse_feedback(body))
+        return {
+            "object": "feedback",
+            "sample_id": row.sample_id,
+            "reward": row.score,
+            "hint": row.user_hint,
+            "teacher_logprobs": row.teacher_logprobs is not None,
+        }
+
+    def status(self) -> dict[str, Any]:
+        """A snapshot of every loop for the UI and `clawrl-app` commands."""
+        out: dict[str, Any] = {
+            "serving": {
+                "state": self.loops["serving"].state,
+                "version": self.backend.active_version if self.backend else None,
+            }
+        }
+        if self.collector is not None:
+            out["collection"] = self.collector.status()
+        if self.judge_loop is not None:
+            out["judging"] = self.judge_loop.status()
+        if self.store is not None:
+            out["counts"] = self.store.session_stats()
+        return out

@@ -65,8 +65,8 @@ MIGRATIONS: list[str] = [
         id INTEGER PRIMARY KEY,
         sample_id INTEGER NOT NULL UNIQUE REFERENCES samples(id) ON DELETE CASCADE,
         backend TEXT NOT NULL, votes_json TEXT NOT NULL,
-        score INTEGER NOT NULL CHECK (score IN (-1, 0, 1)),
-        judge_score INTEGER CHECK (judge_score IN (-1, 0, 1)),
+        score REAL NOT NULL CHECK (score BETWEEN -1 AND 1),
+        judge_score REAL CHECK (judge_score BETWEEN -1 AND 1),
         hint TEXT, hint_candidates_json TEXT NOT NULL, hint_rule TEXT, teacher_logprobs BLOB,
         user_rating INTEGER CHECK (user_rating IN (-1, 0, 1)), user_hint TEXT,
         created REAL NOT NULL);
@@ -184,8 +184,8 @@ class JudgmentRow:
     sample_id: int
     backend: str
     votes: list[Any]
-    score: int
-    judge_score: int | None
+    score: float
+    judge_score: float | None
     hint: str | None
     hint_candidates: list[Any]
     hint_rule: str | None
@@ -691,12 +691,19 @@ class Store:
             rows = cur.execute(f"SELECT * FROM samples WHERE id IN ({marks}) ORDER BY id", ids)
             return [_build(SampleRow, r) for r in rows]
 
+    def release_claims(self) -> int:
+        """Drop every claim on pending samples (at start-up: the judge that held them died)."""
+        with self._tx() as cur:
+            return cur.execute(
+                "UPDATE samples SET claimed_at = NULL WHERE state = 'pending' AND claimed_at IS NOT NULL"
+            ).rowcount
+
     def record_judgment(
         self,
         sample_id: int,
         backend: str,
         votes: Sequence[Any],
-        score: int,
+        score: float,
         hint: str | None,
         hint_candidates: Sequence[Any],
         hint_rule: str | None,

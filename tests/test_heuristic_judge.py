@@ -1,0 +1,272 @@
+"""The heuristic next-state judge, and its agreement with the hand-labelled calibration set."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clawrl_app.engine.heuristic_judge import (
+    HEURISTIC_RULES_VERSION,
+    HeuristicVerdict,
+    classify_next_state,
+    corrective_hint,
+    error_line,
+)
+
+CALIBRATION = Path(__file__).resolve().parents[1] / "assets" / "judge_calibration.jsonl"
+AGREEMENT_FLOOR = 0.6
+
+
+# --- tool results ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text",
+    [
+        'Traceback (most recent call last):\n  File "x.py", line 1\nValueError: bad',
+        "java.lang.NullPointerException at Main.java:3",
+        "KeyError: 'name'",
+        "error: pathspec 'mian' did not match any file(s) known to git",
+        "npm ERR! ERROR in ./src/index.js",
+        "fatal: not a git repository",
+        "Build failed after 3 steps",
+        "bash: pyhton: command not found",
+        "cat: notes.txt: No such file or directory",
+        "mkdir: cannot create directory '/opt/x': Permission denied",
+        "Process finished with exit code 2",
+        "command exited with status 127",
+        '{"ok": false, "error": "rate limited"}',
+        '{"error": {"code": 404}}',
+        "Invalid argument: --frobnicate",
+        "The request timed out.",
+    ],
+)
+def test_tool_error_signals(text: str) -> None:
+    verdict = classify_next_state("tool", text)
+    assert verdict.score == -1
+    assert verdict.reason.startswith("tool error signal:")
+    assert verdict.hint is not None and verdict.hint.startswith(
+        "The previous tool call failed with: "
+    )
+    assert verdict.hint.endswith(". Fix the call.")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "8 passed in 0.42s",
+        "Tests: 31 passed, 0 failed",
+        "Done with no errors.",
+        '{"status": "ok", "error": null}',
+        '{"error": ""}',
+        "exit code 0",
+        "Wrote 512 bytes to README.md",
+        "def handle_error(exc): return 500",  # lowercase identifiers are not signals
+    ],
+)
+def test_tool_non_error_results(text: str) -> None:
+    assert classify_next_state("tool", text) == HeuristicVerdict(
+        1, "tool returned a non-error result", None
+    )
+
+
+@pytest.mark.parametrize("text", ["", "   \n\t"])
+def test_empty_tool_result_is_neutral(text: str) -> None:
+    assert classify_next_state("tool", text).score == 0
+
+
+def test_tool_error_hint_uses_the_last_line_of_a_traceback() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 3, in <module>\n'
+        "    raise Exception('setup')\n"
+        "ModuleNotFoundError: No module named 'tomli'\n"
+    )
+    verdict = classify_next_state("tool", text)
+    assert verdict.hint == (
+        "The previous tool call failed with: ModuleNotFoundError: No module named 'tomli'. "
+        "Fix the call."
+    )
+
+
+def test_tool_error_hint_first_error_line_capped() -> None:
+    text = "compiling...\nerror: " + "x" * 500 + "\nerror: second"
+    line = error_line(text)
+    assert line.startswith("error: x") and len(line) == 200
+
+
+# --- user replies ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Thanks!",
+        "thank you so much",
+        "Great, sent it.",
+        "Perfect.",
+        "that works",
+        "Exactly.",
+        "awesome",
+        "Got it. What about 3x - 5 = 10?",
+        "nice one",
+        "Next, the README please.",
+        "Now let's deploy it.",
+        "ok, now write the tests",
+        "OK now do 18% of 350",
+        "cool",
+        "Looks good to me",
+        "Thanks again, that fixed the build.",  # "again" after thanks is gratitude
+        "No problem, moving on. Thanks!",
+    ],
+)
+def test_user_positive(text: str) -> None:
+    verdict = classify_next_state("user", text)
+    assert verdict.score == 1, verdict
+    assert verdict.hint is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "No, it's 391.",
+        "nope",
+        "That's wrong.",
+        "Incorrect, the capital is Canberra.",
+        "That's not what I asked for.",
+        "Try again.",
+        "Do it again but in French.",
+        "Please redo the table.",
+        "I said subfolders too.",
+        "I asked for 3 bullets.",
+        "Please don't mention salary.",
+        "Stop adding emojis.",
+        "Make it shorter.",
+        "This is too long.",
+        "Use a dict instead.",
+        "It should be blue.",
+        "You forgot the vegetarian option.",
+        "It doesn't work on Windows.",
+        "Still broken.",
+        "I get an error when I run it.",
+    ],
+)
+def test_user_negative(text: str) -> None:
+    assert classify_next_state("user", text).score == -1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Thanks, but that's wrong.",
+        "Great, but it should be shorter.",
+        "Perfect... except it doesn't work.",
+        "thank you, try again with the other file",
+    ],
+)
+def test_negative_wins_over_politeness(text: str) -> None:
+    assert classify_next_state("user", text).score == -1
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["ok", "What's the capital of Peru?", "How does that relate to the call stack?", "brb", ""],
+)
+def test_user_neutral(text: str) -> None:
+    assert classify_next_state("user", text) == HeuristicVerdict(
+        0, "no clear signal in the user reply", None
+    )
+
+
+def test_word_boundaries() -> None:
+    # "nowhere" is not "no", "stopwatch" is not "stop", "greatest" is not "great".
+    assert classify_next_state("user", "Nowhere near done, keep going").score == 0
+    assert classify_next_state("user", "Add a stopwatch to the page").score == 0
+    assert classify_next_state("user", "Who is the greatest chess player?").score == 0
+
+
+def test_unknown_role_is_neutral() -> None:
+    assert classify_next_state("system", "thanks").score == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "hint"),
+    [
+        ("No, it's 391 not 381.", "It's 391 not 381."),
+        ("No, it's 391.", None),  # "It's 391." is 9 characters
+        ("Thanks, but it should be shorter.", "It should be shorter."),
+        ("Wrong. Nope, use a dict instead.", "Use a dict instead."),
+        ("No.", None),  # nothing left
+        ("nope, redo", None),  # under 10 characters
+        ("That's wrong. One. Two. Three. Four.", "One. Two. Three."),
+        ("I said   subfolders\ntoo.", "I said subfolders too."),
+    ],
+)
+def test_corrective_hint(text: str, hint: str | None) -> None:
+    assert corrective_hint(text) == hint
+
+
+def test_user_negative_verdict_carries_the_hint() -> None:
+    verdict = classify_next_state("user", "thanks, but it should be shorter")
+    assert verdict == HeuristicVerdict(
+        -1, "user correction signal: shorter", "It should be shorter"
+    )
+
+
+def test_rules_version_is_recorded() -> None:
+    assert HEURISTIC_RULES_VERSION.startswith("heuristic-v")
+
+
+# --- calibration set ------------------------------------------------------------------------
+def load_calibration() -> list[dict[str, Any]]:
+    with CALIBRATION.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def test_calibration_set_is_well_formed_and_balanced() -> None:
+    items = load_calibration()
+    keys = {
+        "id",
+        "context",
+        "answer",
+        "answer_tool_calls",
+        "next_state_role",
+        "next_state",
+        "label",
+        "why",
+    }
+    for item in items:
+        assert set(item) == keys, item.get("id")
+        assert item["label"] in (-1, 0, 1)
+        assert item["next_state_role"] in ("user", "tool")
+        assert item["context"] and all(
+            m["role"] in ("system", "user", "assistant", "tool") for m in item["context"]
+        )
+        assert isinstance(item["answer"], str) and item["why"].strip()
+        assert isinstance(item["answer_tool_calls"], list)
+        if item["next_state_role"] == "tool":
+            assert item["answer_tool_calls"], f"{item['id']}: a tool result needs a tool call"
+    ids = [item["id"] for item in items]
+    assert len(ids) == len(set(ids))
+    labels = Counter(item["label"] for item in items)
+    assert len(items) >= 60
+    assert min(labels[-1], labels[0], labels[1]) >= 20, labels
+    assert sum(item["next_state_role"] == "tool" for item in items) >= 12
+    # The injection case is present: a next state carrying a raw boxed score.
+    assert any("\\boxed{1}" in item["next_state"] for item in items)
+
+
+def test_heuristic_agreement_on_calibration_set() -> None:
+    items = load_calibration()
+    confusion: Counter[tuple[int, int]] = Counter()
+    for item in items:
+        verdict = classify_next_state(item["next_state_role"], item["next_state"])
+        confusion[(item["label"], verdict.score)] += 1
+    agreement = sum(n for (label, score), n in confusion.items() if label == score) / len(items)
+    rows = "\n".join(
+        f"  label {label:+d}: " + " ".join(f"{confusion[(label, s)]:3d}" for s in (-1, 0, 1))
+        for label in (-1, 0, 1)
+    )
+    print(f"\nheuristic agreement {agreement:.3f} on {len(items)} items")
+    print(f"confusion (rows: label, columns: heuristic -1 0 +1):\n{rows}")
+    assert agreement >= AGREEMENT_FLOOR
