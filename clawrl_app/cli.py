@@ -324,9 +324,9 @@ def cmd_judge_eval(args: argparse.Namespace, loaded: LoadedSettings, paths: AppP
     import asyncio
 
     from clawrl_app.engine.judge import HeuristicJudge, Judge, LLMJudge, openai_generator
-    from clawrl_app.judge_eval import format_report, load_items, stderr_progress
+    from clawrl_app.judge_eval import balanced_subset, format_report, load_items, stderr_progress
 
-    items = load_items()[: args.limit] if args.limit else load_items()
+    items = balanced_subset(load_items(), args.limit) if args.limit else load_items()
     s = loaded.settings.judge
     kinds = ["heuristic", "policy"] if args.backend == "all" else [args.backend]
     if args.backend == "all" and s.openai_url and s.openai_model:

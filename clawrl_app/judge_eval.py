@@ -38,6 +38,17 @@ def load_items(path: Path | None = None) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
+def balanced_subset(items: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """Up to `limit` items taken round-robin over the labels (the file is grouped by label)."""
+    by_label = {label: [i for i in items if i["label"] == label] for label in LABELS}
+    out: list[dict[str, Any]] = []
+    while len(out) < min(limit, len(items)):
+        for label in LABELS:
+            if by_label[label] and len(out) < limit:
+                out.append(by_label[label].pop(0))
+    return out
+
+
 @dataclass
 class EvalReport:
     """Agreement and the confusion matrix (rows: label, columns: judge score)."""

@@ -132,3 +132,26 @@ def test_engine_rate_turn_command(judged: dict[str, Any], engine: Any) -> None:
     row = engine.call(engine.engine.rate_turn(SID, -1, 1))
     assert row.user_rating == 1 and row.score == 1
     assert judged["store"].get_sample(row.sample_id).state == "judged"
+
+
+def test_loops_report_status_through_the_event_stream(
+    judged: dict[str, Any], engine: Any, engine_events: list[Any]
+) -> None:
+    from clawrl_app.engine.events import StatusReported
+
+    snap = wait_for(
+        lambda: next(
+            (
+                e.status
+                for e in reversed(engine_events)
+                if isinstance(e, StatusReported) and e.status["judging"]["judged"]
+            ),
+            None,
+        ),
+        timeout=15,
+    )
+    assert snap["judging"]["judged"] >= 2 and "queue_depth" in snap["judging"]
+    assert "last_error" in snap["judging"] and "queue_depth" in snap["collection"]
+    assert snap["counts"]["samples"] >= 3
+    stored = {e.kind for e in engine.engine.store.events_since(0, limit=5000)}
+    assert "SampleJudged" in stored and "StatusReported" not in stored  # snapshots are not kept

@@ -10,7 +10,7 @@ import logging
 import queue
 import threading
 
-from clawrl_app.engine.events import Event
+from clawrl_app.engine.events import EPHEMERAL_EVENTS, Event
 from clawrl_app.engine.store import Store
 
 log = logging.getLogger("clawrl.events")
@@ -27,8 +27,9 @@ class EventLog:
         self._thread.start()
 
     def __call__(self, event: Event) -> None:
-        """An EventSink: queue the event for writing."""
-        self._queue.put(event)
+        """An EventSink: queue the event for writing (high-rate status snapshots are not kept)."""
+        if event.kind not in EPHEMERAL_EVENTS:
+            self._queue.put(event)
 
     def _run(self) -> None:
         while True:

@@ -11,6 +11,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 log = logging.getLogger("clawrl.events")
 
@@ -94,6 +95,14 @@ class PolicyPublished(Event):
     previous: str
 
 
+@dataclass(frozen=True)
+class StatusReported(Event):
+    """Periodic snapshot of every loop (queue depths, throughput, last errors); not stored."""
+
+    status: dict[str, Any]
+
+
+EPHEMERAL_EVENTS = frozenset({"StatusReported"})
 EventSink = Callable[[Event], None]
 
 

@@ -27,6 +27,7 @@ from clawrl_app.engine.events import (
     EventSink,
     SampleCreated,
     SessionClosed,
+    StatusReported,
     TurnRecorded,
     fan_out,
 )
@@ -156,6 +157,7 @@ class Engine:
         self._tasks.append(asyncio.create_task(self._close_idle_sessions()))
         self._tasks.append(asyncio.create_task(self.collector.run()))
         self._tasks.append(asyncio.create_task(self.judge_loop.run()))
+        self._tasks.append(asyncio.create_task(self._report_status()))
         self._ready = True
         self.loops["serving"].state = "running"
         log.info("serving %s at %s", self.model.name, self.url)
@@ -191,6 +193,26 @@ class Engine:
                 except Exception as exc:
                     log.exception("closing idle sessions failed")
                     self.loops["serving"].last_error = str(exc)
+
+    async def _report_status(self, every_s: float = 2.0) -> None:
+        """Publish a StatusReported snapshot whenever it changed (checked every `every_s`)."""
+        last: dict[str, Any] | None = None
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                snap = await asyncio.to_thread(self.status)
+            except Exception:
+                log.exception("status snapshot failed")
+                continue
+            comparable = {
+                k: {kk: vv for kk, vv in v.items() if kk not in ("ts", "per_min")}
+                if isinstance(v, dict)
+                else v
+                for k, v in snap.items()
+            }
+            if comparable != last:
+                last = comparable
+                self._emit(StatusReported(snap))
 
     async def stop(self) -> None:
         """Stop the endpoint, the loops and the backend; close the store."""
@@ -271,5 +293,9 @@ class Engine:
         if self.judge_loop is not None:
             out["judging"] = self.judge_loop.status()
         if self.store is not None:
-            out["counts"] = self.store.session_stats()
+            out["counts"] = counts = self.store.session_stats()
+            if "judging" in out:
+                out["judging"]["queue_depth"] = counts.get("samples_pending", 0)
+            if "collection" in out:
+                out["collection"]["queue_depth"] = out["collection"]["waiting"]
         return out
