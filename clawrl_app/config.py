@@ -96,6 +96,8 @@ class JudgeSettings(_Section):
 
 
 class TrainSettings(_Section):
+    enabled: bool = True
+    """Run the background trainer (off = serve, record and judge only)."""
     method: Literal["rl", "opd", "combine", "topk-opd"] = "combine"
     """Objective: binary RL, on-policy distillation, their combination, or top-k OPD."""
     mode: Literal["auto", "lora", "qlora", "full"] = "auto"
@@ -112,6 +114,12 @@ class TrainSettings(_Section):
     """`always`, or a cron expression (e.g. `0 1 * * *`) for when training may run."""
     when_idle_s: float = 0.0
     """Train only after this many seconds without user requests (0 = any time)."""
+    max_staleness: int = 8
+    """Skip samples produced by a policy more than this many versions older than the trainer's."""
+    baseline: Literal["ema", "batch_mean", "none"] = "ema"
+    """Reward baseline for binary RL (none = upstream's A = r)."""
+    token_budget: int = 4096
+    """Most padded tokens per micro-batch (gradient accumulation splits larger batches)."""
 
 
 class ReviewSettings(_Section):

@@ -57,6 +57,7 @@ def engine(
         "CLAWRL_MODEL__PATH": str(embedded_model.path),
         "CLAWRL_SERVER__PORT": "0",
         "CLAWRL_SERVER__DEFAULT_MAX_TOKENS": "24",
+        "CLAWRL_TRAIN__ENABLED": "false",  # training has its own engines (test_training.py)
     }
     running = start_engine(home, env, events=engine_events.append)
     yield running

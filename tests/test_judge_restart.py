@@ -43,6 +43,7 @@ def serve(home: Path, model_dir: Path, plugin: Path, port: int) -> subprocess.Po
         "CLAWRL_HOME": str(home),
         "CLAWRL_MODEL__PATH": str(model_dir),
         "CLAWRL_SERVER__DEFAULT_MAX_TOKENS": "4",
+        "CLAWRL_TRAIN__ENABLED": "false",
     }
     proc = subprocess.Popen(
         [

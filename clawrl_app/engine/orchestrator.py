@@ -11,6 +11,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,11 @@ from clawrl_app.engine.events import (
 from clawrl_app.engine.feedback import Feedback, apply_feedback, parse_feedback
 from clawrl_app.engine.http_server import HttpServer, bind_socket
 from clawrl_app.engine.judge import JudgeLoop, build_judge
+from clawrl_app.engine.publisher import Publisher
+from clawrl_app.engine.schedule import gate
 from clawrl_app.engine.store import JudgmentRow, Store
+from clawrl_app.engine.trainer_config import TrainerConfig
+from clawrl_app.engine.trainer_supervisor import TrainerSupervisor
 from clawrl_app.hardware import ModelInfo, Plan, inventory, plan
 from clawrl_app.models import ResolvedModel, read_model_config, resolve_model
 from clawrl_app.paths import AppPaths
@@ -81,6 +86,8 @@ class Engine:
         self._event_log: EventLog | None = None
         self.collector: Collector | None = None
         self.judge_loop: JudgeLoop | None = None
+        self.publisher: Publisher | None = None
+        self.trainer: TrainerSupervisor | None = None
 
     # -- wiring ----------------------------------------------------------------------
     def add_sink(self, sink: EventSink) -> None:
@@ -157,6 +164,26 @@ class Engine:
         self._tasks.append(asyncio.create_task(self._close_idle_sessions()))
         self._tasks.append(asyncio.create_task(self.collector.run()))
         self._tasks.append(asyncio.create_task(self.judge_loop.run()))
+        self.publisher = Publisher(
+            self.store,
+            backend,
+            events=self._emit,
+            tolerance=1e-3 if not self.plan.serve_devices else 5e-2,
+        )
+        restored = await self.publisher.restore_served()
+        if restored:
+            log.info("serving %s again (published before the restart)", restored)
+        self._tasks.append(asyncio.create_task(self.publisher.run()))
+        if s.train.enabled:
+            self.trainer = TrainerSupervisor(
+                self._trainer_config(),
+                self.paths.data_dir,
+                gpus=self.plan.train_devices,
+                events=self._emit,
+                log_file=self.paths.log_dir / "trainer.log",
+            )
+            self._tasks.append(asyncio.create_task(self._gate_training()))
+            await self.trainer.start()
         self._tasks.append(asyncio.create_task(self._report_status()))
         self._ready = True
         self.loops["serving"].state = "running"
@@ -194,6 +221,40 @@ class Engine:
                     log.exception("closing idle sessions failed")
                     self.loops["serving"].last_error = str(exc)
 
+    def _trainer_config(self) -> TrainerConfig:
+        assert self.model is not None and self.plan is not None
+        t = self.settings.train
+        mode = self.plan.train_mode if t.mode == "auto" else t.mode
+        return TrainerConfig(
+            store_path=str(self.paths.store_file),
+            checkpoints_dir=str(self.paths.checkpoints_dir),
+            model_path=str(self.model.path),
+            method=t.method,
+            mode=mode,
+            batch_size=t.batch_size or self.plan.default_batch_size,
+            lr=t.lr or (1e-5 if mode == "full" else 1e-4),
+            lora_rank=t.lora_rank,
+            lora_alpha=t.lora_alpha,
+            weight_decay=0.1 if mode == "full" else 0.0,
+            token_budget=t.token_budget,
+            max_staleness=t.max_staleness,
+            baseline=t.baseline,
+            approved_only=self.settings.review.mode == "manual",
+            device="cuda" if self.plan.train_devices else "cpu",
+        )
+
+    async def _gate_training(self, every_s: float = 2.0) -> None:
+        """Open or close the trainer's gate from the schedule and the user's idle time."""
+        last: tuple[bool, str] | None = None
+        while True:
+            t = self.settings.train
+            idle = time.monotonic() - (self.service.last_user_request if self.service else 0.0)
+            now = gate(t.schedule, t.when_idle_s, idle, datetime.now().astimezone())
+            if now != last and self.trainer is not None:
+                self.trainer.set_gate(*now)
+                last = now
+            await asyncio.sleep(every_s)
+
     async def _report_status(self, every_s: float = 2.0) -> None:
         """Publish a StatusReported snapshot whenever it changed (checked every `every_s`)."""
         last: dict[str, Any] | None = None
@@ -223,6 +284,8 @@ class Engine:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self.trainer is not None:
+            await self.trainer.stop()
         if self.http is not None:
             await self.http.stop()
         if self.backend is not None:
@@ -292,6 +355,10 @@ class Engine:
             out["collection"] = self.collector.status()
         if self.judge_loop is not None:
             out["judging"] = self.judge_loop.status()
+        if self.trainer is not None:
+            out["training"] = self.trainer.status()
+        if self.publisher is not None:
+            out["publishing"] = self.publisher.status()
         if self.store is not None:
             out["counts"] = counts = self.store.session_stats()
             if "judging" in out:

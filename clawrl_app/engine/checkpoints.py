@@ -1,0 +1,84 @@
+"""Checkpoint folders: `adapter_{step:06d}` (PEFT format) with optimizer, RNG, trainer state
+and a manifest, written atomically (temp folder + rename) so a crash never leaves a
+half checkpoint that could be loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "manifest.json"
+STATE = "trainer_state.json"
+
+
+@dataclass
+class Manifest:
+    """What a checkpoint is and where it came from."""
+
+    version: str
+    step: int
+    parent: str | None
+    mode: str
+    method: str
+    metrics: dict[str, float]
+    sessions: list[str]
+    samples: list[int]
+    canary: list[dict[str, Any]] = field(default_factory=list)
+    """Fixed prompts with the trainer's log-probs of fixed responses, for the serving check."""
+
+
+def checkpoint_name(step: int, mode: str = "lora") -> str:
+    return f"{'adapter' if mode in ('lora', 'qlora') else 'model'}_{step:06d}"
+
+
+def version_number(version: str) -> int:
+    """`v12` -> 12; anything else (`base`) -> 0."""
+    return int(version[1:]) if version.startswith("v") and version[1:].isdigit() else 0
+
+
+def next_version(existing: list[str]) -> str:
+    """Versions are numbered across the whole history (rollbacks branch it), never reused."""
+    return f"v{max((version_number(v) for v in existing), default=0) + 1}"
+
+
+def write_checkpoint(
+    root: Path, step: int, mode: str, save_weights: Any, extra: dict[str, Any], manifest: Manifest
+) -> Path:
+    """Write a checkpoint folder atomically; `save_weights(dir)` writes the model files and
+    `extra` maps file names to torch-saveable objects (optimizer, RNG)."""
+    import torch
+
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / checkpoint_name(step, mode)
+    if final.exists() and (final / MANIFEST).exists():  # another branch (after a rollback)
+        final = root / f"{final.name}-{manifest.version}"
+    tmp = root / f".tmp-{final.name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    save_weights(tmp)
+    for name, obj in extra.items():
+        torch.save(obj, tmp / name)
+    (tmp / MANIFEST).write_text(json.dumps(asdict(manifest), indent=1))
+    for f in tmp.iterdir():
+        os.chmod(f, 0o600)
+    if final.exists():  # a leftover of a crash after the rename but before registration
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final
+
+
+def read_manifest(path: Path) -> Manifest:
+    return Manifest(**json.loads((path / MANIFEST).read_text()))
+
+
+def clean_temp(root: Path) -> None:
+    """Remove half-written checkpoint folders left by a crash."""
+    if root.exists():
+        for d in root.glob(".tmp-*"):
+            shutil.rmtree(d, ignore_errors=True)

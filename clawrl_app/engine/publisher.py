@@ -1,0 +1,139 @@
+"""Publishing: load each new checkpoint into the serving backend without pausing it.
+
+A new adapter is loaded under its own version name, checked against the trainer's canary
+log-probs (a mismatch refuses the version), then new requests are routed to it; the old
+version is unloaded once its in-flight requests finish. Serving never returns 503 or
+stalls because of this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from clawrl_app.engine.backends.base import Backend
+from clawrl_app.engine.checkpoints import read_manifest
+from clawrl_app.engine.events import EventSink, LoopFailed, PolicyPublished, wait_for_poke
+from clawrl_app.engine.store import CheckpointRow, Store
+
+log = logging.getLogger("clawrl.publisher")
+
+
+def canary_gap(expected: list[float], served: list[float]) -> float:
+    """Largest absolute difference between the trainer's and the server's log-probs."""
+    if len(expected) != len(served):
+        return float("inf")
+    return max((abs(a - b) for a, b in zip(expected, served, strict=True)), default=0.0)
+
+
+class Publisher:
+    """Watches the store for ready checkpoints and serves the newest one."""
+
+    def __init__(
+        self,
+        store: Store,
+        backend: Backend,
+        *,
+        events: EventSink | None = None,
+        tolerance: float = 1e-3,
+        interval_s: float = 0.25,
+    ) -> None:
+        self.store = store
+        self.backend = backend
+        self.events: EventSink = events or (lambda e: None)
+        self.tolerance = tolerance
+        self.interval_s = interval_s
+        self.published = 0
+        self.refused = 0
+        self.last_error: str | None = None
+        self.last_publish_s: float | None = None
+        self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    async def publish(self, row: CheckpointRow, check: bool = True) -> bool:
+        """Load, check and activate one checkpoint; False when refused."""
+        async with self._lock:
+            t0 = time.monotonic()
+            name = row.version
+            if name not in self.backend.info().versions:
+                await self.backend.load_adapter(name, Path(row.path))
+            if check:
+                gap = await self._canary(name, Path(row.path))
+                if gap > self.tolerance:
+                    self.store.set_checkpoint_status(name, "refused")
+                    await self.backend.unload_adapter(name)
+                    self.refused += 1
+                    self.last_error = f"{name} refused: canary log-probs differ by {gap:.2e}"
+                    self.events(LoopFailed("publishing", self.last_error))
+                    return False
+            previous = self.backend.active_version
+            await self.backend.activate(name)
+            self.store.mark_published(name)
+            self.published += 1
+            self.last_publish_s = time.monotonic() - t0
+            self.events(PolicyPublished(name, previous))
+            if previous not in ("base", name):
+                asyncio.create_task(self._unload_later(previous))
+            return True
+
+    async def _canary(self, name: str, path: Path) -> float:
+        manifest = read_manifest(path)
+        gap = 0.0
+        for c in manifest.canary:
+            served = await self.backend.score(c["prompt_ids"], c["response_ids"], name)
+            gap = max(gap, canary_gap(c["logprobs"], served))
+        return gap
+
+    async def _unload_later(self, version: str) -> None:
+        try:
+            await self.backend.unload_adapter(version)  # waits for its in-flight requests
+        except Exception as exc:
+            log.warning("unloading %s failed: %s", version, exc)
+
+    def newest_ready(self) -> CheckpointRow | None:
+        served = self.store.served_checkpoint()
+        floor = served.step if served else -1
+        ready = [c for c in self.store.list_checkpoints() if c.status == "ready" and c.step > floor]
+        return ready[-1] if ready else None
+
+    async def restore_served(self) -> str | None:
+        """At start-up: serve the checkpoint that was served before the restart."""
+        row = self.store.served_checkpoint()
+        if row is None or not Path(row.path).exists():
+            return None
+        await self.publish(row, check=False)
+        return row.version
+
+    async def run(self) -> None:
+        while True:
+            try:
+                row = await asyncio.to_thread(self.newest_ready)
+            except Exception as exc:
+                log.exception("reading checkpoints failed")
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                row = None
+            if row is not None:
+                try:
+                    await self.publish(row)
+                    continue
+                except Exception as exc:  # never retry a broken checkpoint forever
+                    log.exception("publishing %s failed", row.version)
+                    self.last_error = f"{row.version}: {type(exc).__name__}: {exc}"
+                    self.store.set_checkpoint_status(row.version, "refused")
+                    self.events(LoopFailed("publishing", self.last_error))
+            await wait_for_poke(self._wake, self.interval_s)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "published": self.published,
+            "refused": self.refused,
+            "last_error": self.last_error,
+            "version": self.backend.active_version,
+            "last_publish_s": self.last_publish_s,
+        }

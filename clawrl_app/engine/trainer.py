@@ -1,0 +1,323 @@
+"""The training process: eligible samples -> optimizer step -> checkpoint, in a loop.
+
+Runs as its own OS process (`accelerate launch -m clawrl_app.engine.trainer --config F`,
+started and supervised by the engine), so a crash or OOM never takes the endpoint down.
+The store is the only contract: it reads eligible samples, writes metrics, registers each
+checkpoint and marks the samples it consumed in one transaction. Resuming picks the last
+registered checkpoint (weights, optimizer, RNG, step, baseline), so no sample is trained
+twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from clawrl_app.engine.checkpoints import (
+    STATE,
+    Manifest,
+    clean_temp,
+    next_version,
+    version_number,
+    write_checkpoint,
+)
+from clawrl_app.engine.losses import (
+    OBJECTIVES,
+    LossBatch,
+    LossConfig,
+    ema_baseline_update,
+    rl_advantages,
+)
+from clawrl_app.engine.policy_forward import response_logprobs
+from clawrl_app.engine.store import Store
+from clawrl_app.engine.train_data import Skip, TrainItem, build_item, micro_batches
+from clawrl_app.engine.trainer_config import TrainerConfig
+
+log = logging.getLogger("clawrl.trainer")
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+CANARY_PROMPTS = ["What is the capital of France?", "Write one sentence about the sea."]
+CANARY_RESPONSE = "Paris is the capital of France, and the sea is calm."
+
+
+class Trainer:
+    """Owns the model, the optimizer and the step counter of one training run."""
+
+    def __init__(self, cfg: TrainerConfig) -> None:
+        from accelerate import Accelerator
+
+        from clawrl_app.models import ResolvedModel, load_model
+
+        if cfg.mode == "qlora" and not torch.cuda.is_available():
+            raise SystemExit(
+                "train.mode = qlora needs CUDA (bitsandbytes 4-bit); use lora or full."
+            )
+        self.cfg = cfg
+        self.accelerator = Accelerator(cpu=cfg.device == "cpu")
+        self.store = Store(Path(cfg.store_path))
+        self.root = Path(cfg.checkpoints_dir)
+        clean_temp(self.root)
+        torch.manual_seed(cfg.seed)
+        resolved = ResolvedModel(Path(cfg.model_path), "local", Path(cfg.model_path).name, 0)
+        base, self.tokenizer = load_model(resolved, device=cfg.device)
+        self.step = 0
+        self.baseline: float | None = None
+        parent_dir = self._resume_dir()
+        model = self._wrap(base, parent_dir)
+        model.train()
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(
+            params, lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay
+        )
+        self.parent: str | None = None
+        self.optimizer = optimizer
+        if parent_dir is not None:
+            self._load_state(parent_dir)
+        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.device = self.accelerator.device
+        self.loss_cfg = LossConfig()
+        self.objective = OBJECTIVES[cfg.method]
+
+    # -- set-up ------------------------------------------------------------------------
+    def _resume_dir(self) -> Path | None:
+        if self.cfg.resume_from == "none":
+            return None
+        rows = [
+            c
+            for c in self.store.list_checkpoints()
+            if c.status != "pruned" and Path(c.path).exists()
+        ]
+        if self.cfg.resume_from != "latest":
+            rows = [c for c in rows if c.version == self.cfg.resume_from]
+            if not rows:
+                raise SystemExit(f"checkpoint {self.cfg.resume_from} not found")
+        return Path(rows[-1].path) if rows else None
+
+    def _wrap(self, base: Any, resume: Path | None) -> Any:
+        if self.cfg.mode == "full":
+            return base
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        if resume is not None:
+            return PeftModel.from_pretrained(base, str(resume), is_trainable=True)
+        cfg = LoraConfig(
+            r=self.cfg.lora_rank,
+            lora_alpha=self.cfg.lora_alpha,
+            lora_dropout=0.0,
+            target_modules=LORA_TARGETS,
+            task_type="CAUSAL_LM",
+        )
+        return get_peft_model(base, cfg)
+
+    def _load_state(self, path: Path) -> None:
+        state = json.loads((path / STATE).read_text())
+        self.step, self.baseline, self.parent = state["step"], state["baseline"], state["version"]
+        self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+        rng = torch.load(path / "rng.pt", weights_only=False)
+        torch.set_rng_state(rng["torch"])
+        log.info("resumed from %s (step %d)", path.name, self.step)
+
+    # -- data --------------------------------------------------------------------------
+    def next_batch(self) -> list[TrainItem]:
+        """Up to batch_size usable items; unusable samples are skipped with their reason."""
+        items: list[TrainItem] = []
+        newest = max((version_number(c.version) for c in self.store.list_checkpoints()), default=0)
+        rows = self.store.trainable_samples(
+            self.cfg.batch_size * 4, approved_only=self.cfg.approved_only
+        )
+        for sample in rows:
+            turn, judgment = self.store.get_turn(sample.turn_id), self.store.get_judgment(sample.id)
+            if turn is None or judgment is None:
+                continue
+            got = build_item(
+                sample, turn, judgment, self.cfg.method, newest, self.cfg.max_staleness
+            )
+            if isinstance(got, Skip):
+                self.store.set_sample_state(got.sample_id, "skipped", got.reason)
+                continue
+            items.append(got)
+            if len(items) == self.cfg.batch_size:
+                break
+        return items
+
+    def still_allowed(self, items: list[TrainItem]) -> list[TrainItem]:
+        """Re-check review states right before the optimizer sees the batch."""
+        ok = []
+        for it in items:
+            sess = self.store.get_session(it.session_id)
+            if sess is None or sess.review_state == "excluded":
+                continue
+            if self.cfg.approved_only and sess.review_state != "approved":
+                continue
+            ok.append(it)
+        return ok
+
+    # -- one step ----------------------------------------------------------------------
+    def train_step(self, items: list[TrainItem]) -> dict[str, float]:
+        """Forward/backward over micro-batches, clip, AdamW step; returns the step metrics."""
+        t0 = time.monotonic()
+        self.baseline = (
+            ema_baseline_update(self.baseline, [it.reward for it in items if it.has_reward])
+            if any(it.has_reward for it in items)
+            else self.baseline
+        )
+        self.optimizer.zero_grad(set_to_none=True)
+        totals: dict[str, float] = {}
+        for mb in micro_batches(items, self.cfg.token_budget):
+            out = response_logprobs(self.model, mb, self.device)
+            adv_B = rl_advantages(out.rewards_B, out.has_reward_B, self.cfg.baseline, self.baseline)  # type: ignore[arg-type]
+            batch = LossBatch(
+                logprobs_BT=out.logprobs_BT,
+                old_logprobs_BT=out.old_logprobs_BT,
+                mask_BT=out.mask_BT,
+                rewards_B=out.rewards_B,
+                has_reward_B=out.has_reward_B,
+                teacher_logprobs_BT=out.teacher_logprobs_BT,
+                has_teacher_B=out.has_teacher_B,
+                entropy_BT=out.entropy_BT,
+            )
+            result = self.objective(batch, self.loss_cfg, adv_B)
+            share = len(mb) / len(items)
+            self.accelerator.backward(result.loss * share)
+            totals["loss"] = totals.get("loss", 0.0) + float(result.loss.detach()) * share
+            for k, v in result.stats.items():
+                totals[k] = totals.get(k, 0.0) + float(v) * share
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
+        self.optimizer.step()
+        self.step += 1
+        rewards = [it.reward for it in items]
+        metrics = {
+            "loss": totals.get("loss", 0.0),
+            "pg_loss": totals.get("pg_loss", 0.0),
+            "clip_frac": totals.get("clip_frac", 0.0),
+            "ratio_mean": totals.get("ratio_mean", 1.0),
+            "kl": totals.get("kl", 0.0),
+            "entropy": totals.get("entropy", 0.0),
+            "reward/mean": sum(rewards) / len(rewards),
+            "adv/mean": totals.get("adv_mean", 0.0),
+            "adv/std": totals.get("adv_std", 0.0),
+            "samples/rl": float(sum(it.has_reward and it.teacher_logprobs is None for it in items)),
+            "samples/opd": float(
+                sum(not it.has_reward and it.teacher_logprobs is not None for it in items)
+            ),
+            "samples/both": float(
+                sum(it.has_reward and it.teacher_logprobs is not None for it in items)
+            ),
+            "tokens": float(sum(len(it.response_ids) for it in items)),
+            "optim/grad_norm": float(grad_norm),
+            "optim/lr": self.cfg.lr,
+            "time/step_s": time.monotonic() - t0,
+        }
+        return {k: v for k, v in metrics.items() if math.isfinite(v)}
+
+    def canary(self) -> list[dict[str, Any]]:
+        """Log-probs of a fixed response to fixed prompts under the new weights."""
+        from clawrl_app.engine.chat_format import ChatFormatter
+
+        fmt = ChatFormatter(self.tokenizer)
+        resp = list(self.tokenizer(CANARY_RESPONSE, add_special_tokens=False)["input_ids"])
+        out = []
+        self.model.eval()
+        with torch.no_grad():
+            for q in CANARY_PROMPTS:
+                prompt = fmt.render([{"role": "user", "content": q}])
+                item = TrainItem(0, "", prompt, resp, [0.0] * len(resp), 1.0, 0.0, False, None, "")
+                lps = response_logprobs(self.model, [item], self.device).logprobs_BT[0]
+                out.append({"prompt_ids": prompt, "response_ids": resp, "logprobs": lps.tolist()})
+        self.model.train()
+        return out
+
+    def save(self, items: list[TrainItem], metrics: dict[str, float]) -> str:
+        """Write the checkpoint, then register it and mark its samples in one transaction."""
+        version = next_version([c.version for c in self.store.list_checkpoints()])
+        sessions = sorted({it.session_id for it in items})
+        manifest = Manifest(
+            version,
+            self.step,
+            self.parent,
+            self.cfg.mode,
+            self.cfg.method,
+            metrics,
+            sessions,
+            [it.sample_id for it in items],
+            self.canary(),
+        )
+        state = {
+            "step": self.step,
+            "baseline": self.baseline,
+            "version": version,
+            "config": asdict(self.cfg),
+        }
+
+        def save_weights(d: Path) -> None:
+            self.accelerator.unwrap_model(self.model).save_pretrained(str(d))
+            (d / STATE).write_text(json.dumps(state, indent=1))
+
+        path = write_checkpoint(
+            self.root,
+            self.step,
+            self.cfg.mode,
+            save_weights,
+            {
+                "optimizer.pt": self.optimizer.state_dict(),
+                "rng.pt": {"torch": torch.get_rng_state()},
+            },
+            manifest,
+        )
+        with self.store.atomic():
+            self.store.register_checkpoint(
+                version, path, self.parent, self.step, metrics, sessions, manifest.samples
+            )
+            self.store.mark_trained(manifest.samples, version)
+            self.store.add_metrics(self.step, metrics, version=version)
+        self.parent = version
+        return version
+
+    # -- loop --------------------------------------------------------------------------
+    def allowed(self) -> bool:
+        """The engine's gate (schedule, idle time); a missing file means allowed."""
+        if not self.cfg.control_file or not os.path.exists(self.cfg.control_file):
+            return True
+        try:
+            return bool(json.loads(Path(self.cfg.control_file).read_text()).get("allowed", True))
+        except (OSError, ValueError):
+            return True
+
+    def run(self) -> None:
+        while not self.cfg.max_steps or self.step < self.cfg.max_steps:
+            if not self.allowed():
+                time.sleep(self.cfg.poll_s)
+                continue
+            items = self.still_allowed(self.next_batch())
+            if len(items) < self.cfg.batch_size:
+                time.sleep(self.cfg.poll_s)
+                continue
+            metrics = self.train_step(items)
+            version = self.save(items, metrics)
+            print(json.dumps({"event": "checkpoint", "version": version, **metrics}), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="clawrl-trainer", description="clawrl-app training process")
+    ap.add_argument("--config", required=True, help="TrainerConfig JSON written by the engine")
+    args = ap.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    cfg = TrainerConfig(**json.loads(Path(args.config).read_text()))
+    Trainer(cfg).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

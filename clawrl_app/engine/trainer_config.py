@@ -1,0 +1,32 @@
+"""The training process's configuration (torch-free, so the engine can build it cheaply)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class TrainerConfig:
+    """Everything the training process needs; written to JSON by the engine."""
+
+    store_path: str
+    checkpoints_dir: str
+    model_path: str
+    method: str = "combine"
+    mode: str = "lora"
+    batch_size: int = 4
+    lr: float = 1e-4
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    token_budget: int = 4096
+    max_staleness: int = 8
+    baseline: str = "ema"
+    approved_only: bool = False
+    resume_from: str = "latest"
+    control_file: str | None = None
+    poll_s: float = 1.0
+    max_steps: int = 0
+    seed: int = 0
+    device: str = "cpu"

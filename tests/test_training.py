@@ -1,0 +1,170 @@
+"""Training on CPU with the real embedded model: steps, checkpoints, publishing, resume."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import torch
+
+from clawrl_app.engine.checkpoints import read_manifest
+from clawrl_app.engine.store import Store
+from clawrl_app.engine.train_data import TrainItem, build_item
+from clawrl_app.engine.trainer import Trainer
+from clawrl_app.engine.trainer_config import TrainerConfig
+from tests.conftest import start_engine
+
+pytestmark = pytest.mark.slow
+REPLIES = ["No, that's too long. Answer in one short sentence.", "Thanks, perfect!"]
+
+
+def wait_for(predicate: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError("condition not reached in time")
+
+
+def converse(url: str, n_sessions: int, tag: str) -> None:
+    """Two-reply conversations: the first answer is corrected, the second thanked."""
+    c = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
+    for k in range(n_sessions):
+        msgs: list[dict[str, Any]] = [
+            {"role": "user", "content": f"Tell me about topic {k} ({tag})."}
+        ]
+        for i in range(3):
+            done = {"X-Session-Done": "1"} if i == 2 else {}
+            r = c.chat.completions.create(
+                model="clawrl",
+                messages=msgs,
+                max_tokens=12,
+                temperature=1.0,
+                extra_headers={"X-Session-Id": f"{tag}-{k}", **done},
+            )
+            if i < 2:
+                msgs = [
+                    *msgs,
+                    {"role": "assistant", "content": r.choices[0].message.content},
+                    {"role": "user", "content": REPLIES[i]},
+                ]
+
+
+@pytest.fixture(scope="module")
+def training_engine(embedded_model: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """An engine whose trainer process runs (batch 2, no review grace)."""
+    env = {
+        "CLAWRL_MODEL__PATH": str(embedded_model.path),
+        "CLAWRL_SERVER__PORT": "0",
+        "CLAWRL_TRAIN__BATCH_SIZE": "2",
+        "CLAWRL_REVIEW__GRACE_S": "0",
+    }
+    running = start_engine(tmp_path_factory.mktemp("train-home"), env)
+    yield running
+    running.stop()
+
+
+def test_trainer_process_steps_publishes_and_serves_the_new_version(training_engine: Any) -> None:
+    eng = training_engine.engine
+    converse(training_engine.url, 2, "t")  # 2 sessions x 2 judged turns = 4 samples = 2 steps
+    store = eng.store
+    rows = wait_for(
+        lambda: [c for c in store.list_checkpoints() if c.step >= 2] and store.list_checkpoints(),
+        timeout=240,
+    )
+    assert [c.version for c in rows][:2] == ["v1", "v2"]
+    manifest = read_manifest(Path(rows[1].path))
+    assert (
+        manifest.parent == "v1" and manifest.sessions and set(manifest.sessions) <= {"t-0", "t-1"}
+    )
+    assert len(manifest.samples) == 2 and manifest.canary
+    assert (Path(rows[1].path) / "adapter_model.safetensors").exists()
+    losses = store.metrics("loss")
+    assert len(losses) >= 2 and all(torch.isfinite(torch.tensor(m.value)) for m in losses)
+    assert store.metrics("time/step_s") and store.metrics("reward/mean")
+    for sid in manifest.samples:
+        assert store.get_sample(sid).trained_in == "v2"
+    # the publisher loaded v2 (canary passed) and routes new requests to it
+    wait_for(lambda: eng.backend.active_version == "v2", timeout=60)
+    ids = [m["id"] for m in httpx.get(f"{training_engine.url}/models").json()["data"]]
+    assert "clawrl-v2" in ids
+    r = openai.OpenAI(
+        base_url=training_engine.url, api_key="x", max_retries=0
+    ).chat.completions.create(
+        model="clawrl",
+        messages=[{"role": "user", "content": "Hello again"}],
+        max_tokens=4,
+        extra_headers={"X-Session-Id": "after-publish"},
+    )
+    assert r.model == "clawrl-v2"
+    assert store.turns_for_session("after-publish")[0].policy_version == "v2"
+    assert store.get_checkpoint("v2").status == "published"
+
+
+def copy_store(src: Path, dst: Path) -> Path:
+    """A consistent copy of a live WAL store (SQLite backup API)."""
+    with sqlite3.connect(src) as a, sqlite3.connect(dst) as b:
+        a.backup(b)
+    return dst
+
+
+def judged_items(store: Store, step: int = 0) -> list[TrainItem]:
+    items = []
+    for sess in store.list_sessions(limit=100):
+        for s in store.samples_for_session(sess.id):
+            j, t = store.get_judgment(s.id), store.get_turn(s.turn_id)
+            if j is not None and t is not None:
+                got = build_item(s, t, j, "combine", step, 8)
+                if isinstance(got, TrainItem):
+                    items.append(got)
+    return items
+
+
+def test_two_lora_steps_change_every_trainable_parameter_and_resume(
+    training_engine: Any, tmp_path: Path
+) -> None:
+    """In-process trainer on a copy of real recorded, judged samples."""
+    converse(training_engine.url, 1, "p")
+    src = Path(training_engine.engine.store.path)
+    wait_for(lambda: len(judged_items(training_engine.engine.store)) >= 2, timeout=60)
+    db = copy_store(src, tmp_path / "copy.sqlite3")
+    cfg = TrainerConfig(
+        store_path=str(db),
+        checkpoints_dir=str(tmp_path / "ckpt"),
+        model_path=str(training_engine.engine.model.path),
+        batch_size=2,
+        resume_from="none",
+    )
+    trainer = Trainer(cfg)
+    with Store(db) as store:
+        items = judged_items(store)[:2]
+    assert len(items) == 2
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert before and all("lora_" in n for n in before)
+    m1 = trainer.train_step(items)
+    m2 = trainer.train_step(items)
+    after = dict(trainer.model.named_parameters())
+    unchanged = [n for n, p in before.items() if torch.equal(p, after[n].detach())]
+    assert unchanged == [], f"{len(unchanged)} trainable tensors did not change"
+    for m in (m1, m2):
+        assert torch.isfinite(torch.tensor(m["loss"])) and m["tokens"] > 0
+    with Store(db) as store:
+        existing = [c.version for c in store.list_checkpoints()]
+    version = trainer.save(items, m2)
+    assert version not in existing and version.startswith("v")  # never reused, even across runs
+    saved = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    # resume: weights, optimizer state and step come back from the registered checkpoint
+    resumed = Trainer(TrainerConfig(**{**cfg.__dict__, "resume_from": version}))
+    assert resumed.step == 2 and resumed.parent == version
+    got = dict(resumed.model.named_parameters())
+    assert all(torch.allclose(p, got[n].detach()) for n, p in saved.items())
+    assert resumed.optimizer.state_dict()["state"], "optimizer state was restored"
+    shutil.rmtree(tmp_path / "ckpt")
