@@ -355,12 +355,27 @@ def test_sessions_with_store(tmp_path: Path, run_main: Callable[..., tuple[int, 
         store.ensure_session("s-abc123", "api")
     rc, out, err = run_main("sessions")
     assert rc == 0, err
-    assert out.split()[0] == "s-abc123"
-    assert "0 main /  0 side" in out
+    header, row = out.splitlines()[:2]
+    assert header.split()[:6] == ["session", "source", "main", "side", "judged", "reward"]
+    assert row.split()[:6] == ["s-abc123", "api", "0", "0", "0", "-"]
 
+    from clawrl_app.engine.store import NewTurn
+
+    with Store(store_file) as store:  # one judged main turn with a hint
+        turn = store.record_turn(NewTurn("s-abc123", "main", {"messages": [
+            {"role": "user", "content": "Write a haiku."}]}, "Rain falls softly", [1, 2], [3], [-0.5], "base"))
+        sample = store.create_sample(turn.id, "s-abc123", "user", "No, shorter.")
+        assert sample is not None
+        store.record_judgment(sample, "heuristic", [{"kind": "heuristic", "score": -1}], -1,
+                              "Be shorter.", ["Be shorter."], "heuristic", [-0.2], eligible_at=0.0)
+    rc, out, err = run_main("sessions")
+    assert out.splitlines()[1].split()[:6] == ["s-abc123", "api", "1", "0", "1", "-1.00"]
     rc, out, err = run_main("sessions", "show", "s-abc123")
     assert rc == 0, err
     assert out.startswith("session s-abc123  source=api")
+    assert "next state (user): No, shorter." in out
+    assert "reward -1 by heuristic; votes: heuristic=-1" in out
+    assert "hint [heuristic]: Be shorter.  (teacher log-probs stored)" in out
 
     rc, out, err = run_main("sessions", "show", "nope")
     assert rc == 1
