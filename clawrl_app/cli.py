@@ -93,6 +93,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", dest="model.path", metavar="SPEC", help="policy model for --backend policy"
     )
 
+    p = sub.add_parser("rollback", help="serve an earlier checkpoint and retrain from it")
+    p.add_argument(
+        "version",
+        nargs="?",
+        help="checkpoint to serve (default: the previous one; 'base' = no adapter)",
+    )
+    p.add_argument(
+        "--before-session",
+        metavar="ID",
+        help="the last checkpoint that never trained on this session",
+    )
+    _common(p)
+
+    p = sub.add_parser("export", help="write a merged HF model folder for a checkpoint")
+    p.add_argument("version", help="checkpoint version, e.g. v12")
+    p.add_argument("--merged", metavar="DIR", required=True, help="output folder (new or empty)")
+    p.add_argument(
+        "--model",
+        dest="model.path",
+        metavar="SPEC",
+        help="base model (default: the configured one)",
+    )
+
     p = sub.add_parser("api-key", help="print the endpoint's API key and where it is stored")
     return parser
 
@@ -384,6 +407,91 @@ async def _eval_with(judge: Any, backend: Any, items: list[Any], progress: Any) 
             await backend.stop()
 
 
+def cmd_rollback(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    import httpx
+
+    from clawrl_app.api_key import get_api_key, is_loopback
+
+    s = loaded.settings.server
+    host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
+    key = get_api_key(paths) if (s.require_api_key or not is_loopback(s.host)) else None
+    body = {"version": args.version, "before_session": args.before_session}
+    try:
+        r = httpx.post(
+            f"http://{host}:{s.port}/admin/rollback",
+            json=body,
+            timeout=120,
+            headers={"Authorization": f"Bearer {key.value}"} if key else {},
+        )
+    except httpx.ConnectError:
+        return _rollback_offline(args, paths)
+    if r.status_code != 200:
+        print(f"error: {r.json().get('error', {}).get('message', r.text)}", file=sys.stderr)
+        return 1
+    out = r.json()
+    print(
+        f"now serving {out['to']} (was {out['from']}; {out['reason']}); the trainer continues from it."
+    )
+    return 0
+
+
+def _rollback_offline(args: argparse.Namespace, paths: AppPaths) -> int:
+    """No engine running: record the choice; the next start serves it and trains from it."""
+    from clawrl_app.engine.rollback import (
+        RollbackError,
+        ServedState,
+        choose_target,
+        read_served,
+        write_served,
+    )
+    from clawrl_app.engine.store import Store
+
+    if not paths.store_file.exists():
+        print("error: nothing to roll back: no store yet.", file=sys.stderr)
+        return 1
+    state_file = paths.data_dir / "served.json"
+    with Store(paths.store_file) as store:
+        current = read_served(state_file)
+        served = (
+            current.version
+            if current
+            else (row.version if (row := store.served_checkpoint()) else "base")
+        )
+        try:
+            target = choose_target(
+                store.list_checkpoints(), served, args.version, args.before_session
+            )
+        except RollbackError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        store.add_event("RolledBack", {"previous": served, "version": target, "reason": "offline"})
+    write_served(state_file, ServedState(target, rolled_back=True))
+    print(
+        f"The app is not running: it will serve {target} (instead of {served}) and train from it "
+        "at the next start."
+    )
+    return 0
+
+
+def cmd_export(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    from pathlib import Path
+
+    from clawrl_app.engine.store import Store
+    from clawrl_app.export import export_merged
+    from clawrl_app.models import resolve_model
+
+    base = resolve_model(loaded.settings.model.path, paths).path
+    print(f"merging {args.version} into {base.name} ...", file=sys.stderr)
+    with Store(paths.store_file) as store:
+        try:
+            out = export_merged(store, args.version, base, Path(args.merged))
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    print(f"wrote {out}")
+    return 0
+
+
 def cmd_api_key(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
     from clawrl_app.api_key import get_api_key
 
@@ -402,6 +510,8 @@ COMMANDS = {
     "openclaw-config": cmd_openclaw_config,
     "sessions": cmd_sessions,
     "judge-eval": cmd_judge_eval,
+    "rollback": cmd_rollback,
+    "export": cmd_export,
     "api-key": cmd_api_key,
 }
 

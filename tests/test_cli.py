@@ -362,12 +362,31 @@ def test_sessions_with_store(tmp_path: Path, run_main: Callable[..., tuple[int, 
     from clawrl_app.engine.store import NewTurn
 
     with Store(store_file) as store:  # one judged main turn with a hint
-        turn = store.record_turn(NewTurn("s-abc123", "main", {"messages": [
-            {"role": "user", "content": "Write a haiku."}]}, "Rain falls softly", [1, 2], [3], [-0.5], "base"))
+        turn = store.record_turn(
+            NewTurn(
+                "s-abc123",
+                "main",
+                {"messages": [{"role": "user", "content": "Write a haiku."}]},
+                "Rain falls softly",
+                [1, 2],
+                [3],
+                [-0.5],
+                "base",
+            )
+        )
         sample = store.create_sample(turn.id, "s-abc123", "user", "No, shorter.")
         assert sample is not None
-        store.record_judgment(sample, "heuristic", [{"kind": "heuristic", "score": -1}], -1,
-                              "Be shorter.", ["Be shorter."], "heuristic", [-0.2], eligible_at=0.0)
+        store.record_judgment(
+            sample,
+            "heuristic",
+            [{"kind": "heuristic", "score": -1}],
+            -1,
+            "Be shorter.",
+            ["Be shorter."],
+            "heuristic",
+            [-0.2],
+            eligible_at=0.0,
+        )
     rc, out, err = run_main("sessions")
     assert out.splitlines()[1].split()[:6] == ["s-abc123", "api", "1", "0", "1", "-1.00"]
     rc, out, err = run_main("sessions", "show", "s-abc123")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -72,14 +73,50 @@ def training_engine(embedded_model: Any, tmp_path_factory: pytest.TempPathFactor
     running.stop()
 
 
+class ChatWhileTraining:
+    """Chats continuously in a thread; records every status code and failure."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.codes: list[int] = []
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        with httpx.Client(timeout=120) as c:
+            while not self.stop.is_set():
+                try:
+                    r = c.post(
+                        f"{self.url}/chat/completions",
+                        headers={"X-Turn-Type": "side"},
+                        json={
+                            "model": "clawrl",
+                            "max_tokens": 6,
+                            "messages": [{"role": "user", "content": "hi"}],
+                        },
+                    )
+                    self.codes.append(r.status_code)
+                except httpx.HTTPError as exc:
+                    self.errors.append(repr(exc))
+                time.sleep(0.05)
+
+
 def test_trainer_process_steps_publishes_and_serves_the_new_version(training_engine: Any) -> None:
     eng = training_engine.engine
+    chatter = ChatWhileTraining(training_engine.url)
+    chatter.thread.start()
     converse(training_engine.url, 2, "t")  # 2 sessions x 2 judged turns = 4 samples = 2 steps
     store = eng.store
     rows = wait_for(
         lambda: [c for c in store.list_checkpoints() if c.step >= 2] and store.list_checkpoints(),
         timeout=240,
     )
+    wait_for(lambda: eng.backend.active_version == "v2", timeout=60)
+    chatter.stop.set()
+    chatter.thread.join(60)
+    # chat requests issued while training steps and publishes ran all completed
+    assert chatter.errors == [] and chatter.codes and set(chatter.codes) == {200}
     assert [c.version for c in rows][:2] == ["v1", "v2"]
     manifest = read_manifest(Path(rows[1].path))
     assert (
@@ -107,6 +144,38 @@ def test_trainer_process_steps_publishes_and_serves_the_new_version(training_eng
     assert r.model == "clawrl-v2"
     assert store.turns_for_session("after-publish")[0].policy_version == "v2"
     assert store.get_checkpoint("v2").status == "published"
+
+
+def test_rollback_and_roll_forward_switch_the_served_version(training_engine: Any) -> None:
+    eng, url = training_engine.engine, training_engine.url
+    admin = f"{url.removesuffix('/v1')}/admin/rollback"
+    wait_for(lambda: eng.backend.active_version == "v2", timeout=120)
+    client = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
+
+    def served_model() -> str:
+        return client.chat.completions.create(
+            model="clawrl",
+            max_tokens=2,
+            messages=[{"role": "user", "content": "hi"}],
+            extra_headers={"X-Turn-Type": "side"},
+        ).model
+
+    r = httpx.post(admin, json={}, timeout=120)
+    assert r.status_code == 200 and r.json()["from"] == "v2" and r.json()["to"] == "v1"
+    assert served_model() == "clawrl-v1"
+    assert httpx.get(f"{url}/models").json()["data"][0]["current_version"] == "clawrl-v1"
+    assert (
+        eng.trainer.cfg.resume_from == "v1"
+    )  # the trainer restarts from the rolled-back-to version
+    r = httpx.post(admin, json={"version": "v2"}, timeout=120)
+    assert r.json()["to"] == "v2" and served_model() == "clawrl-v2"  # roll forward
+    r = httpx.post(admin, json={"before_session": "t-0"}, timeout=120)
+    consumed_t0 = {c.version for c in eng.store.list_checkpoints() if "t-0" in c.sessions}
+    assert r.json()["to"] not in consumed_t0 and served_model() == f"clawrl-{r.json()['to']}"
+    bad = httpx.post(admin, json={"version": "v999"}, timeout=30)
+    assert bad.status_code == 404 and "v999" in bad.json()["error"]["message"]
+    kinds = [e.kind for e in eng.store.events_since(0, limit=5000)]
+    assert kinds.count("RolledBack") == 3
 
 
 def copy_store(src: Path, dst: Path) -> Path:

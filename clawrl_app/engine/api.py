@@ -36,6 +36,7 @@ def create_app(
     max_body_bytes: int = 8 * 1024 * 1024,
     ready: Any = lambda: True,
     feedback: Callable[[Any], Awaitable[dict[str, Any]]] | None = None,
+    rollback: Callable[[Any], Awaitable[dict[str, Any]]] | None = None,
 ) -> FastAPI:
     """The endpoint app. `api_key` None = no auth (loopback only); `ready()` backs /readyz."""
     app = FastAPI(title="clawrl-app", docs_url=None, redoc_url=None, openapi_url=None)
@@ -113,6 +114,13 @@ def create_app(
         if feedback is None:
             raise ApiError(404, "Feedback is not enabled on this server.", type="not_found")
         return JSONResponse(await feedback(await _read_json(request, max_body_bytes)))
+
+    @app.post("/admin/rollback", dependencies=[Depends(authorized)])
+    async def post_rollback(request: Request) -> JSONResponse:
+        """Serve another checkpoint: {"version": "v3"} or {"before_session": ID} or {} (previous)."""
+        if rollback is None:
+            raise ApiError(404, "Rollback is not available on this server.", type="not_found")
+        return JSONResponse(await rollback(await _read_json(request, max_body_bytes)))
 
     @app.post("/v1/chat/completions", dependencies=[Depends(authorized)])
     async def chat(request: Request) -> Response:

@@ -90,6 +90,15 @@ class LoopFailed(Event):
 
 
 @dataclass(frozen=True)
+class RolledBack(Event):
+    """The user rolled the served policy back (or forward)."""
+
+    previous: str
+    version: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class PolicyPublished(Event):
     version: str
     previous: str

@@ -26,6 +26,7 @@ from clawrl_app.engine.event_log import EventLog
 from clawrl_app.engine.events import (
     Event,
     EventSink,
+    RolledBack,
     SampleCreated,
     SessionClosed,
     StatusReported,
@@ -35,7 +36,9 @@ from clawrl_app.engine.events import (
 from clawrl_app.engine.feedback import Feedback, apply_feedback, parse_feedback
 from clawrl_app.engine.http_server import HttpServer, bind_socket
 from clawrl_app.engine.judge import JudgeLoop, build_judge
+from clawrl_app.engine.openai_schema import ApiError
 from clawrl_app.engine.publisher import Publisher
+from clawrl_app.engine.rollback import RollbackError, choose_target
 from clawrl_app.engine.schedule import gate
 from clawrl_app.engine.store import JudgmentRow, Store
 from clawrl_app.engine.trainer_config import TrainerConfig
@@ -158,6 +161,7 @@ class Engine:
             max_body_bytes=s.server.max_body_bytes,
             ready=self.ready,
             feedback=self._feedback_route,
+            rollback=self._rollback_route,
         )
         self.http = HttpServer(app, bind_socket(s.server.host, s.server.port))
         await self.http.start()
@@ -169,10 +173,11 @@ class Engine:
             backend,
             events=self._emit,
             tolerance=1e-3 if not self.plan.serve_devices else 5e-2,
+            state_file=self.paths.data_dir / "served.json",
         )
         restored = await self.publisher.restore_served()
-        if restored:
-            log.info("serving %s again (published before the restart)", restored)
+        if restored is not None:
+            log.info("serving %s again (as before the restart)", restored.version)
         self._tasks.append(asyncio.create_task(self.publisher.run()))
         if s.train.enabled:
             self.trainer = TrainerSupervisor(
@@ -183,7 +188,11 @@ class Engine:
                 log_file=self.paths.log_dir / "trainer.log",
             )
             self._tasks.append(asyncio.create_task(self._gate_training()))
-            await self.trainer.start()
+            # after a rollback the trainer continues from the rolled-back-to version
+            resume = None
+            if restored is not None and restored.rolled_back:
+                resume = "none" if restored.version == "base" else restored.version
+            await self.trainer.start(resume_from=resume)
         self._tasks.append(asyncio.create_task(self._report_status()))
         self._ready = True
         self.loops["serving"].state = "running"
@@ -332,6 +341,37 @@ class Engine:
             teacher_version=self.judge_loop.teacher_version(),
             events=self._emit,
         )
+
+    async def rollback(
+        self, version: str | None = None, before_session: str | None = None
+    ) -> dict[str, Any]:
+        """Serve an earlier (or later) checkpoint and restart the trainer from it."""
+        assert self.store is not None and self.publisher is not None and self.backend is not None
+        rows = self.store.list_checkpoints()
+        target = choose_target(rows, self.backend.active_version, version, before_session)
+        previous = await self.publisher.serve_version(target)
+        if self.trainer is not None:
+            await self.trainer.stop()
+            await self.trainer.start(resume_from="none" if target == "base" else target)
+        reason = (
+            f"before session {before_session}"
+            if before_session
+            else ("explicit version" if version else "previous version")
+        )
+        self._emit(RolledBack(previous, target, reason))
+        return {"object": "rollback", "from": previous, "to": target, "reason": reason}
+
+    async def _rollback_route(self, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise ApiError(400, "The body must be a JSON object.")
+        version, before = body.get("version"), body.get("before_session")
+        for name, value in (("version", version), ("before_session", before)):
+            if value is not None and not isinstance(value, str):
+                raise ApiError(400, f"{name} must be a string.", param=name)
+        try:
+            return await self.rollback(version, before)
+        except RollbackError as exc:
+            raise ApiError(404 if version else 400, str(exc), param="version") from None
 
     async def _feedback_route(self, body: Any) -> dict[str, Any]:
         row = await self._apply_feedback(parse_feedback(body))

@@ -17,6 +17,7 @@ from typing import Any
 from clawrl_app.engine.backends.base import Backend
 from clawrl_app.engine.checkpoints import read_manifest
 from clawrl_app.engine.events import EventSink, LoopFailed, PolicyPublished, wait_for_poke
+from clawrl_app.engine.rollback import BASE, ServedState, read_served, write_served
 from clawrl_app.engine.store import CheckpointRow, Store
 
 log = logging.getLogger("clawrl.publisher")
@@ -40,8 +41,11 @@ class Publisher:
         events: EventSink | None = None,
         tolerance: float = 1e-3,
         interval_s: float = 0.25,
+        state_file: Path | None = None,
     ) -> None:
         self.store = store
+        self.state_file = state_file
+        self.served = BASE
         self.backend = backend
         self.events: EventSink = events or (lambda e: None)
         self.tolerance = tolerance
@@ -75,6 +79,9 @@ class Publisher:
             previous = self.backend.active_version
             await self.backend.activate(name)
             self.store.mark_published(name)
+            self.served = name
+            if self.state_file is not None:
+                write_served(self.state_file, ServedState(name))
             self.published += 1
             self.last_publish_s = time.monotonic() - t0
             self.events(PolicyPublished(name, previous))
@@ -97,18 +104,53 @@ class Publisher:
             log.warning("unloading %s failed: %s", version, exc)
 
     def newest_ready(self) -> CheckpointRow | None:
-        served = self.store.served_checkpoint()
-        floor = served.step if served else -1
-        ready = [c for c in self.store.list_checkpoints() if c.status == "ready" and c.step > floor]
-        return ready[-1] if ready else None
+        """The newest unpublished checkpoint that descends from what is served now (after a
+        rollback, checkpoints of the abandoned branch are never published by themselves)."""
+        rows = self.store.list_checkpoints()
+        by_version = {r.version: r for r in rows}
 
-    async def restore_served(self) -> str | None:
-        """At start-up: serve the checkpoint that was served before the restart."""
-        row = self.store.served_checkpoint()
+        def descends(row: CheckpointRow) -> bool:
+            parent = row.parent
+            while parent is not None:
+                if parent == self.served:
+                    return True
+                parent = by_version[parent].parent if parent in by_version else None
+            return self.served == BASE
+
+        ready = [r for r in rows if r.status == "ready" and descends(r)]
+        return max(ready, key=lambda r: (r.step, r.created)) if ready else None
+
+    async def restore_served(self) -> ServedState | None:
+        """At start-up: serve what was served before the restart (a rollback included)."""
+        state = read_served(self.state_file) if self.state_file is not None else None
+        if state is None:
+            row = self.store.served_checkpoint()
+            state = ServedState(row.version) if row is not None else None
+        if state is None or state.version == BASE:
+            return state
+        row = self.store.get_checkpoint(state.version)
         if row is None or not Path(row.path).exists():
             return None
         await self.publish(row, check=False)
-        return row.version
+        return state
+
+    async def serve_version(self, version: str) -> str:
+        """Serve `version` now (rollback / roll-forward); returns the previous version."""
+        previous = self.backend.active_version
+        if version == BASE:
+            async with self._lock:
+                await self.backend.activate(BASE)
+                self.served = BASE
+                if previous != BASE:
+                    asyncio.create_task(self._unload_later(previous))
+        else:
+            row = self.store.get_checkpoint(version)
+            if row is None:
+                raise ValueError(f"unknown checkpoint {version}")
+            await self.publish(row, check=False)
+        if self.state_file is not None:
+            write_served(self.state_file, ServedState(version, rolled_back=True))
+        return previous
 
     async def run(self) -> None:
         while True:

@@ -100,7 +100,7 @@ class Trainer:
             rows = [c for c in rows if c.version == self.cfg.resume_from]
             if not rows:
                 raise SystemExit(f"checkpoint {self.cfg.resume_from} not found")
-        return Path(rows[-1].path) if rows else None
+        return Path(max(rows, key=lambda c: c.created).path) if rows else None
 
     def _wrap(self, base: Any, resume: Path | None) -> Any:
         if self.cfg.mode == "full":

@@ -88,6 +88,7 @@ class TrainerSupervisor:
     async def start(self, resume_from: str | None = None) -> None:
         if resume_from is not None:
             self.cfg = replace(self.cfg, resume_from=resume_from)
+            self.last_checkpoint = None
         write_private(self.config_file, json.dumps(asdict(self.cfg), indent=1).encode())
         self._stopping = False
         self._task = asyncio.create_task(self._supervise())
@@ -105,7 +106,9 @@ class TrainerSupervisor:
             self.events(LoopFailed("training", self.last_error))
             self.state = "backoff"
             await asyncio.sleep(backoff_s(self.failures))
-            self.cfg = replace(self.cfg, resume_from="latest")  # a restart resumes
+            # a restart resumes from this run's own newest checkpoint (not another branch's)
+            if self.last_checkpoint is not None:
+                self.cfg = replace(self.cfg, resume_from=str(self.last_checkpoint["version"]))
             write_private(self.config_file, json.dumps(asdict(self.cfg), indent=1).encode())
         self.state = "stopped"
 

@@ -1,0 +1,76 @@
+"""The app's one durable store: SQLite in WAL mode, and all of the project's SQL.
+
+The four loops (serving, collection, judging, training) never call each other; they meet
+here. One connection per `Store`, guarded by a lock so the API thread and backend threads
+can share it; every write is a short `BEGIN IMMEDIATE` transaction, so a crash loses only
+the transaction in flight. Other processes see committed rows at once (WAL).
+
+Token ids are stored as little-endian int32 blobs and log-probs as float64 blobs, so they
+round-trip exactly. JSON columns come back parsed. Times are Unix seconds (`time.time()`).
+
+The package splits the store by what each part does: `schema` (DDL and migrations), `rows`
+(row objects and value encoding), `connection` (opening, transactions), and one mixin per
+area (`sessions`, `turns`, `samples`, `checkpoints`), combined here into `Store`.
+"""
+
+from __future__ import annotations
+
+from clawrl_app.engine.store.checkpoints import CheckpointsMixin
+from clawrl_app.engine.store.connection import StoreBase, StoreError
+from clawrl_app.engine.store.rows import (
+    CheckpointRow,
+    EventRow,
+    JudgmentRow,
+    MetricRow,
+    NewTurn,
+    R,
+    SampleRow,
+    SessionRow,
+    TurnRow,
+)
+from clawrl_app.engine.store.samples import SamplesMixin
+from clawrl_app.engine.store.schema import (
+    CHECKPOINT_STATUSES,
+    MIGRATIONS,
+    REVIEW_STATES,
+    SAMPLE_STATES,
+    SCHEMA_VERSION,
+    TURN_TYPES,
+)
+from clawrl_app.engine.store.sessions import SessionsMixin
+from clawrl_app.engine.store.turns import TurnsMixin
+
+__all__ = [
+    "CHECKPOINT_STATUSES",
+    "MIGRATIONS",
+    "R",
+    "REVIEW_STATES",
+    "SAMPLE_STATES",
+    "SCHEMA_VERSION",
+    "TURN_TYPES",
+    "CheckpointRow",
+    "EventRow",
+    "JudgmentRow",
+    "MetricRow",
+    "NewTurn",
+    "SampleRow",
+    "SessionRow",
+    "Store",
+    "StoreError",
+    "TurnRow",
+]
+
+
+class Store(SessionsMixin, TurnsMixin, SamplesMixin, CheckpointsMixin, StoreBase):
+    """The SQLite store: open with `Store(path)`, close with `close()` or a `with` block."""
+
+    def _migrations(self) -> list[str]:
+        # Read at open time from this package's namespace, so replacing
+        # `clawrl_app.engine.store.MIGRATIONS` (as the migration tests do) takes effect.
+        return MIGRATIONS
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

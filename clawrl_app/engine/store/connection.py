@@ -1,0 +1,204 @@
+"""Opening the store file and running SQL on it: permissions, WAL, migrations, transactions.
+
+One connection per store, guarded by a lock so the API thread and backend threads can share
+it; every write is a short `BEGIN IMMEDIATE` transaction (nested ones are savepoints), so a
+crash loses only the transaction in flight. Other processes see committed rows at once.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from clawrl_app.engine.store.rows import R, _build
+from clawrl_app.engine.store.schema import MIGRATIONS, _statements
+
+
+class StoreError(Exception):
+    """A store failure with a message meant for the user (what failed and what to do)."""
+
+
+class StoreBase:
+    """The connection, its transactions and the read helpers the per-area mixins build on."""
+
+    def __init__(self, path: Path) -> None:
+        """Open (or create, mode 0600) the store at `path` and bring its schema up to date."""
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        self._depth = 0  # open write transactions; nested ones are savepoints
+        self._sidecars_private = False
+        self._conn: sqlite3.Connection | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Create the file private before SQLite sees it (SQLite gives -wal/-shm its mode).
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+            if os.stat(self.path).st_mode & 0o077:
+                os.chmod(self.path, 0o600)
+        except OSError as e:
+            raise StoreError(
+                f"cannot create or open the store file {self.path}: {e.strerror or e}. Make "
+                "sure its folder is writable by you, or point CLAWRL_HOME at a writable folder."
+            ) from e
+        try:
+            self._conn = sqlite3.connect(
+                self.path, timeout=5.0, isolation_level=None, check_same_thread=False
+            )
+            self._conn.row_factory = sqlite3.Row
+            self._setup()
+        except BaseException as e:
+            self.close()
+            if isinstance(e, sqlite3.Error):
+                raise self._error("open the database", e) from e
+            raise
+
+    def _migrations(self) -> list[str]:
+        """The migration scripts to apply (`Store` reads them from its package namespace)."""
+        return MIGRATIONS
+
+    def _setup(self) -> None:
+        conn = self._connection()
+        conn.execute("PRAGMA busy_timeout = 5000")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        migrations = self._migrations()
+        known = len(migrations)
+        if version > known:
+            raise StoreError(
+                f"the store {self.path} has schema version {version} but this clawrl-app "
+                f"knows only up to {known}: a newer clawrl-app wrote it. Upgrade "
+                "clawrl-app (pip install -U clawrl-app) to open it."
+            )
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreError(f"the store {self.path} cannot use WAL mode (got {mode!r})")
+        # WAL + NORMAL: a commit survives a crash or kill -9 of any process (the WAL is
+        # written before COMMIT returns); only an OS crash or power loss can drop the last
+        # commits. FULL would fsync every commit (0.2 ms -> 0.6 ms per turn recorded).
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        for target in range(version + 1, known + 1):
+            with self._tx() as cur:
+                # Another process may have migrated while we waited for the write lock.
+                if cur.execute("PRAGMA user_version").fetchone()[0] >= target:
+                    continue
+                for statement in _statements(migrations[target - 1]):
+                    cur.execute(statement)
+                cur.execute(f"PRAGMA user_version = {target}")
+        self._make_sidecars_private()
+
+    def _make_sidecars_private(self) -> None:
+        done = True
+        for suffix in ("-wal", "-shm"):
+            sidecar = self.path.with_name(self.path.name + suffix)
+            try:
+                os.chmod(sidecar, 0o600)
+            except FileNotFoundError:
+                done = False
+            except OSError as e:
+                raise StoreError(f"cannot make {sidecar} private (chmod 600): {e}") from e
+        self._sidecars_private = done
+
+    def _error(self, action: str, e: sqlite3.Error) -> StoreError:
+        msg = str(e)
+        advice = ""
+        if "readonly" in msg or "unable to open" in msg:
+            advice = f" Check that you can write to {self.path} and its folder."
+        elif "locked" in msg or "busy" in msg:
+            advice = " Another process holds the store; stop it or try again."
+        elif "full" in msg:
+            advice = " The disk is full; free some space."
+        elif "not a database" in msg or "malformed" in msg:
+            advice = " The file is not a clawrl-app store or is damaged; move it away."
+        return StoreError(f"store {self.path}: could not {action}: {msg}.{advice}")
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"store {self.path} is closed")
+        return self._conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Cursor]:
+        """A write transaction; nested calls become savepoints of the outer one."""
+        with self._lock:
+            conn = self._connection()
+            savepoint = f"sp{self._depth}" if self._depth else None
+            try:
+                conn.execute(f"SAVEPOINT {savepoint}" if savepoint else "BEGIN IMMEDIATE")
+            except sqlite3.Error as e:
+                raise self._error("start a write", e) from e
+            self._depth += 1
+            try:
+                yield conn.cursor()
+            except BaseException as exc:
+                self._depth -= 1
+                self._undo(conn, savepoint)
+                if isinstance(exc, sqlite3.Error):
+                    raise self._error("write", exc) from exc
+                raise
+            self._depth -= 1
+            try:
+                conn.execute(f"RELEASE {savepoint}" if savepoint else "COMMIT")
+            except sqlite3.Error as e:
+                self._undo(conn, savepoint)
+                raise self._error("commit", e) from e
+            if not self._sidecars_private:
+                self._make_sidecars_private()
+
+    @staticmethod
+    def _undo(conn: sqlite3.Connection, savepoint: str | None) -> None:
+        if not conn.in_transaction:
+            return
+        try:
+            if savepoint:
+                conn.execute(f"ROLLBACK TO {savepoint}")
+                conn.execute(f"RELEASE {savepoint}")
+            else:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # the original error matters more; SQLite rolls back on close anyway
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            try:
+                return self._connection().execute(sql, params).fetchall()
+            except sqlite3.Error as e:
+                raise self._error("read", e) from e
+
+    def _all(self, cls: type[R], sql: str, params: Sequence[Any] = ()) -> list[R]:
+        return [_build(cls, r) for r in self._rows(sql, params)]
+
+    def _one(self, cls: type[R], sql: str, params: Sequence[Any] = ()) -> R | None:
+        rows = self._all(cls, sql, params)
+        return rows[0] if rows else None
+
+    def _update(self, sql: str, params: Sequence[Any]) -> bool:
+        with self._tx() as cur:
+            return cur.execute(sql, params).rowcount > 0
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Group several store calls into one all-or-nothing transaction (calls inside
+        that fail undo only themselves). Holds the store's lock: keep the block short."""
+        with self._tx():
+            yield
+
+    def close(self) -> None:
+        """Close the connection; later calls raise `StoreError`."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def schema_version(self) -> int:
+        """The schema version of the open file (`PRAGMA user_version`)."""
+        return int(self._rows("PRAGMA user_version")[0][0])
+
+    def integrity_check(self) -> str:
+        """SQLite's integrity check plus a foreign-key check: "ok" when the file is sound."""
+        problems = [str(r[0]) for r in self._rows("PRAGMA integrity_check")]
+        problems += [f"foreign key: {tuple(r)}" for r in self._rows("PRAGMA foreign_key_check")]
+        return "ok" if problems == ["ok"] else "\n".join(problems)

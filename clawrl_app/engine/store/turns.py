@@ -1,0 +1,84 @@
+"""Turns: the recorded request/response pairs of a session, with tokens and log-probs."""
+
+from __future__ import annotations
+
+from clawrl_app.engine.store.connection import StoreBase, StoreError
+from clawrl_app.engine.store.rows import (
+    _INT32,
+    NewTurn,
+    TurnRow,
+    _build,
+    _check,
+    _dumps,
+    _now,
+    _pack,
+)
+from clawrl_app.engine.store.schema import TURN_TYPES
+
+
+class TurnsMixin(StoreBase):
+    """Recording turns and finding them again."""
+
+    def record_turn(self, turn: NewTurn, now: float | None = None) -> TurnRow:
+        """Append a turn to its (existing) session with the next idx; bumps `last_seen`."""
+        _check(turn.type, TURN_TYPES, "turn type")
+        t = _now(now)
+        with self._tx() as cur:
+            cur.execute(
+                "UPDATE sessions SET last_seen = max(last_seen, ?) WHERE id = ?",
+                (t, turn.session_id),
+            )
+            if cur.rowcount == 0:
+                raise StoreError(f"cannot record a turn for unknown session {turn.session_id!r}")
+            cur.execute(
+                "INSERT INTO turns (session_id, idx, type, request_json, response_text, "
+                "response_json, prompt_ids, response_ids, logprobs, policy_version, latency_ms, "
+                "prompt_tokens, completion_tokens, finish_reason, created) VALUES (?1, "
+                "(SELECT coalesce(max(idx), -1) + 1 FROM turns WHERE session_id = ?1), "
+                "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                (turn.session_id, turn.type, _dumps(turn.request), turn.response_text,
+                 _dumps(turn.response), _pack(_INT32, turn.prompt_ids),
+                 _pack(_INT32, turn.response_ids), _pack("d", turn.logprobs),
+                 turn.policy_version, turn.latency_ms, turn.prompt_tokens,
+                 turn.completion_tokens, turn.finish_reason, t),
+            )  # fmt: skip
+            row = cur.execute("SELECT * FROM turns WHERE id = ?", (cur.lastrowid,)).fetchone()
+        return _build(TurnRow, row)
+
+    def get_turn(self, turn_id: int) -> TurnRow | None:
+        """The turn with this id, or None."""
+        return self._one(TurnRow, "SELECT * FROM turns WHERE id = ?", (turn_id,))
+
+    def turns_for_session(self, session_id: str, type: str | None = None) -> list[TurnRow]:
+        """A session's turns in order, optionally only main or only side turns."""
+        return self._all(
+            TurnRow,
+            "SELECT * FROM turns WHERE session_id = ?1 AND (?2 IS NULL OR type = ?2) ORDER BY idx",
+            (session_id, type),
+        )
+
+    def last_main_turn(self, session_id: str) -> TurnRow | None:
+        """The session's latest main turn, or None."""
+        return self._one(
+            TurnRow,
+            "SELECT * FROM turns WHERE session_id = ? AND type = 'main' ORDER BY idx DESC LIMIT 1",
+            (session_id,),
+        )
+
+    def main_turns_without_sample(self, limit: int = 500) -> list[TurnRow]:
+        """Main turns the collector has not handled yet (no sample row), oldest first."""
+        return self._all(
+            TurnRow,
+            "SELECT t.* FROM turns t LEFT JOIN samples s ON s.turn_id = t.id "
+            "WHERE t.type = 'main' AND s.id IS NULL ORDER BY t.id LIMIT ?",
+            (limit,),
+        )
+
+    def next_main_turn(self, session_id: str, after_idx: int) -> TurnRow | None:
+        """The session's first main turn after index `after_idx`, or None."""
+        return self._one(
+            TurnRow,
+            "SELECT * FROM turns WHERE session_id = ? AND type = 'main' AND idx > ? "
+            "ORDER BY idx LIMIT 1",
+            (session_id, after_idx),
+        )
