@@ -39,6 +39,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="Python file defining reward(turn, next_state, context); replaces the judge",
     )
+    p.add_argument(
+        "--custom-loss-path",
+        dest="train.custom_loss_path",
+        metavar="FILE",
+        help="Python file defining loss(batch, cfg, adv_B); replaces the training objective",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,6 +132,7 @@ FLAG_NAMES = {
     "server.port": "--port",
     "hardware.backend": "--backend",
     "judge.custom_reward_path": "--custom-reward-path",
+    "train.custom_loss_path": "--custom-loss-path",
 }
 
 

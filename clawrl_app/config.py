@@ -120,6 +120,14 @@ class TrainSettings(_Section):
     """Reward baseline for binary RL (none = upstream's A = r)."""
     token_budget: int = 4096
     """Most padded tokens per micro-batch (gradient accumulation splits larger batches)."""
+    keep_last: int = 5
+    """Checkpoints kept by retention: the newest N ..."""
+    keep_every: int = 10
+    """... plus every K-th step (and pinned and served ones); 0 = no periodic keep."""
+    prune_every_min: float = 10.0
+    """How often retention runs (minutes)."""
+    custom_loss_path: str | None = None
+    """A Python file defining loss(batch, cfg, adv_B) -> LossResult; replaces the objective."""
 
 
 class ReviewSettings(_Section):

@@ -29,6 +29,19 @@ def loaded_model(embedded_model: ResolvedModel) -> tuple[Any, Any]:
     return load_model(embedded_model)
 
 
+def wait_for(predicate: Any, timeout: float = 60.0, interval: float = 0.1) -> Any:
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not reached within {timeout} s")
+
+
 # --- a real engine (endpoint + torch backend + store) on a free loopback port -------------
 def start_engine(home: Path, env: dict[str, str], events: Any = None) -> Any:
     """Start an Engine in a background thread; returns once the endpoint is ready."""

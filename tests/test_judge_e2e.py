@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import httpx
@@ -13,19 +12,10 @@ import torch
 from clawrl_app.engine.backends.sampling import continuation_logprobs
 from clawrl_app.engine.chat_format import ChatFormatter
 from clawrl_app.engine.judge_prompts import teacher_messages
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.slow
 SID = "judge-e2e"
-
-
-def wait_for(predicate: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not reached in time")
 
 
 @pytest.fixture(scope="module")

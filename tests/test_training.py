@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import sqlite3
 import threading
 import time
@@ -19,20 +21,10 @@ from clawrl_app.engine.store import Store
 from clawrl_app.engine.train_data import TrainItem, build_item
 from clawrl_app.engine.trainer import Trainer
 from clawrl_app.engine.trainer_config import TrainerConfig
-from tests.conftest import start_engine
+from tests.conftest import start_engine, wait_for
 
 pytestmark = pytest.mark.slow
 REPLIES = ["No, that's too long. Answer in one short sentence.", "Thanks, perfect!"]
-
-
-def wait_for(predicate: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("condition not reached in time")
 
 
 def converse(url: str, n_sessions: int, tag: str) -> None:
@@ -237,3 +229,43 @@ def test_two_lora_steps_change_every_trainable_parameter_and_resume(
     assert all(torch.allclose(p, got[n].detach()) for n, p in saved.items())
     assert resumed.optimizer.state_dict()["state"], "optimizer state was restored"
     shutil.rmtree(tmp_path / "ckpt")
+
+
+def test_killed_trainer_restarts_and_resumes_without_training_a_sample_twice(
+    training_engine: Any,
+) -> None:
+    eng = training_engine.engine
+    sup = eng.trainer
+    wait_for(lambda: sup.pid is not None, timeout=120)
+    before = {c.version for c in eng.store.list_checkpoints()}
+    old_pid = sup.pid
+    converse(training_engine.url, 2, "k")  # 4 new samples: the trainer starts stepping
+    os.killpg(old_pid, signal.SIGKILL)  # mid-run
+    wait_for(lambda: sup.pid is not None and sup.pid != old_pid, timeout=60)
+    assert sup.failures >= 1 and "exited" in (sup.last_error or "")
+    new = wait_for(
+        lambda: (
+            [
+                c
+                for c in eng.store.list_checkpoints()
+                if c.version not in before and {"k-0", "k-1"} & set(c.sessions)
+            ]
+            if len(
+                {
+                    s
+                    for c in eng.store.list_checkpoints()
+                    if c.version not in before
+                    for s in c.sessions
+                }
+            )
+            >= 2
+            else None
+        ),
+        timeout=300,
+    )
+    # every consumed sample appears in exactly one checkpoint
+    seen: list[int] = [s for c in eng.store.list_checkpoints() for s in c.samples]
+    assert len(seen) == len(set(seen)), "a sample was trained twice"
+    # the restarted trainer continued from a registered checkpoint of this run
+    parents = {c.parent for c in new}
+    assert parents - {None} <= {c.version for c in eng.store.list_checkpoints()}

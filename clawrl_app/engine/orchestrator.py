@@ -38,6 +38,7 @@ from clawrl_app.engine.http_server import HttpServer, bind_socket
 from clawrl_app.engine.judge import JudgeLoop, build_judge
 from clawrl_app.engine.openai_schema import ApiError
 from clawrl_app.engine.publisher import Publisher
+from clawrl_app.engine.retention import prune
 from clawrl_app.engine.rollback import RollbackError, choose_target
 from clawrl_app.engine.schedule import gate
 from clawrl_app.engine.store import JudgmentRow, Store
@@ -91,6 +92,7 @@ class Engine:
         self.judge_loop: JudgeLoop | None = None
         self.publisher: Publisher | None = None
         self.trainer: TrainerSupervisor | None = None
+        self._scheduler: Any = None
 
     # -- wiring ----------------------------------------------------------------------
     def add_sink(self, sink: EventSink) -> None:
@@ -194,6 +196,7 @@ class Engine:
                 resume = "none" if restored.version == "base" else restored.version
             await self.trainer.start(resume_from=resume)
         self._tasks.append(asyncio.create_task(self._report_status()))
+        self._start_retention()
         self._ready = True
         self.loops["serving"].state = "running"
         log.info("serving %s at %s", self.model.name, self.url)
@@ -250,7 +253,33 @@ class Engine:
             baseline=t.baseline,
             approved_only=self.settings.review.mode == "manual",
             device="cuda" if self.plan.train_devices else "cpu",
+            custom_loss_path=t.custom_loss_path,
         )
+
+    def _start_retention(self) -> None:
+        """Prune old checkpoints on a schedule (apscheduler), never blocking the loop."""
+        from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+        t = self.settings.train
+
+        async def job() -> None:
+            assert self.store is not None and self.publisher is not None
+            pruned = await asyncio.to_thread(
+                prune, self.store, self.publisher.served, t.keep_last, t.keep_every
+            )
+            if pruned:
+                log.info("retention pruned %s", ", ".join(pruned))
+
+        self._scheduler = AsyncIOScheduler()
+        self._scheduler.add_job(
+            job,
+            "interval",
+            minutes=t.prune_every_min,
+            id="retention",
+            max_instances=1,
+            coalesce=True,
+        )
+        self._scheduler.start()
 
     async def _gate_training(self, every_s: float = 2.0) -> None:
         """Open or close the trainer's gate from the schedule and the user's idle time."""
@@ -293,6 +322,9 @@ class Engine:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=False)
+            self._scheduler = None
         if self.trainer is not None:
             await self.trainer.stop()
         if self.http is not None:

@@ -85,9 +85,22 @@ class Trainer:
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.device = self.accelerator.device
         self.loss_cfg = LossConfig()
-        self.objective = OBJECTIVES[cfg.method]
+        self.objective = self._objective()
 
     # -- set-up ------------------------------------------------------------------------
+    def _objective(self) -> Any:
+        """The loss, chosen once: a user's custom loss file, or the method's objective."""
+        if self.cfg.custom_loss_path:
+            from clawrl_app.engine.plugins import load_function
+
+            return load_function(self.cfg.custom_loss_path, "loss")
+        if self.cfg.method == "topk-opd":
+            raise SystemExit(
+                "train.method = topk-opd needs the teacher's top-k log-probs, which "
+                "the judge does not record yet; use opd or combine."
+            )
+        return OBJECTIVES[self.cfg.method]
+
     def _resume_dir(self) -> Path | None:
         if self.cfg.resume_from == "none":
             return None

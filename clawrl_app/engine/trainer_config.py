@@ -30,3 +30,4 @@ class TrainerConfig:
     max_steps: int = 0
     seed: int = 0
     device: str = "cpu"
+    custom_loss_path: str | None = None
