@@ -269,3 +269,63 @@ def test_killed_trainer_restarts_and_resumes_without_training_a_sample_twice(
     # the restarted trainer continued from a registered checkpoint of this run
     parents = {c.parent for c in new}
     assert parents - {None} <= {c.version for c in eng.store.list_checkpoints()}
+
+
+def test_full_fine_tuning_checkpoint_is_served_by_the_torch_backend(
+    training_engine: Any, loaded_model: tuple[Any, Any], tmp_path: Path
+) -> None:
+    """mode = full: every weight trains; the checkpoint is a whole model folder that the
+    backend serves as its own version, and the server's log-probs match the trainer's canary."""
+    import asyncio
+    import copy
+
+    from clawrl_app.engine.backends.base import Finished, GenerationRequest, SamplingParams
+    from clawrl_app.engine.backends.torch_backend import TorchBackend
+    from clawrl_app.engine.publisher import canary_gap
+
+    wait_for(lambda: len(judged_items(training_engine.engine.store)) >= 2, timeout=120)
+    db = copy_store(Path(training_engine.engine.store.path), tmp_path / "copy.sqlite3")
+    cfg = TrainerConfig(
+        store_path=str(db),
+        checkpoints_dir=str(tmp_path / "ckpt"),
+        model_path=str(training_engine.engine.model.path),
+        batch_size=2,
+        resume_from="none",
+        mode="full",
+        lr=1e-5,
+    )
+    trainer = Trainer(cfg)
+    with Store(db) as store:
+        items = judged_items(store)[:2]
+    trainable = [p for p in trainer.model.parameters() if p.requires_grad]
+    assert sum(p.numel() for p in trainable) > 100_000_000  # all ~135M weights, not an adapter
+    metrics = trainer.train_step(items)
+    version = trainer.save(items, metrics)
+    row_path = next(c.path for c in Store(db).list_checkpoints() if c.version == version)
+    assert Path(row_path).name.startswith("model_") and (Path(row_path) / "config.json").exists()
+    manifest = read_manifest(Path(row_path))
+    model, tok = loaded_model
+
+    async def serve() -> tuple[Any, float]:
+        be = TorchBackend(copy.deepcopy(model), tok, model_name="m", context_length=8192)
+        await be.start()
+        await be.load_adapter(version, Path(row_path))
+        await be.activate(version)
+        fin = None
+        async for ev in be.generate(
+            GenerationRequest("r", [1, 2, 3], SamplingParams(3, temperature=0.0))
+        ):
+            if isinstance(ev, Finished):
+                fin = ev
+        gap = 0.0
+        for c in manifest.canary:
+            served = await be.score(c["prompt_ids"], c["response_ids"], version)
+            gap = max(gap, canary_gap(c["logprobs"], served))
+        await be.activate("base")
+        await be.unload_adapter(version)
+        await be.stop()
+        return fin, gap
+
+    fin, gap = asyncio.run(serve())
+    assert fin is not None and fin.policy_version == version
+    assert gap < 1e-3

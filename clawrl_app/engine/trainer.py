@@ -49,6 +49,25 @@ CANARY_PROMPTS = ["What is the capital of France?", "Write one sentence about th
 CANARY_RESPONSE = "Paris is the capital of France, and the sea is calm."
 
 
+def load_4bit(path: Path) -> tuple[Any, Any]:
+    """QLoRA: the base model in 4-bit NF4 (bitsandbytes, CUDA only), ready for LoRA training.
+    Only a GPU run can exercise this path; the CPU refuses QLoRA at start."""
+    from peft import prepare_model_for_kbit_training
+    from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+
+    quant = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=torch.bfloat16,
+        bnb_4bit_use_double_quant=True,
+    )
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path), quantization_config=quant, device_map={"": 0}, local_files_only=True
+    )
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    return prepare_model_for_kbit_training(model), tokenizer
+
+
 class Trainer:
     """Owns the model, the optimizer and the step counter of one training run."""
 
@@ -67,11 +86,18 @@ class Trainer:
         self.root = Path(cfg.checkpoints_dir)
         clean_temp(self.root)
         torch.manual_seed(cfg.seed)
-        resolved = ResolvedModel(Path(cfg.model_path), "local", Path(cfg.model_path).name, 0)
-        base, self.tokenizer = load_model(resolved, device=cfg.device)
         self.step = 0
         self.baseline: float | None = None
         parent_dir = self._resume_dir()
+        # full fine-tuning resumes from the checkpoint's own weights; LoRA from the base
+        weights = (
+            parent_dir if cfg.mode == "full" and parent_dir is not None else Path(cfg.model_path)
+        )
+        if cfg.mode == "qlora":
+            base, self.tokenizer = load_4bit(weights)
+        else:
+            resolved = ResolvedModel(weights, "local", weights.name, 0)
+            base, self.tokenizer = load_model(resolved, device=cfg.device)
         model = self._wrap(base, parent_dir)
         model.train()
         params = [p for p in model.parameters() if p.requires_grad]
@@ -117,6 +143,8 @@ class Trainer:
 
     def _wrap(self, base: Any, resume: Path | None) -> Any:
         if self.cfg.mode == "full":
+            for p in base.parameters():
+                p.requires_grad_(True)
             return base
         from peft import LoraConfig, PeftModel, get_peft_model
 
@@ -274,6 +302,8 @@ class Trainer:
 
         def save_weights(d: Path) -> None:
             self.accelerator.unwrap_model(self.model).save_pretrained(str(d))
+            if self.cfg.mode == "full":  # a full checkpoint is a complete model folder
+                self.tokenizer.save_pretrained(str(d))
             (d / STATE).write_text(json.dumps(state, indent=1))
 
         path = write_checkpoint(

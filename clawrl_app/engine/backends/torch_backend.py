@@ -69,6 +69,7 @@ class TorchBackend:
         max_queue: int = 64,
     ) -> None:
         self._model = model
+        self._full: dict[str, Any] = {}  # full fine-tuning versions: their own weights
         self._tokenizer = tokenizer
         self._model_name = model_name
         self._context_length = context_length
@@ -274,7 +275,7 @@ class TorchBackend:
         ids = row.request.prompt_ids
         cache = DynamicCache()
         with self._adapter(row.version):
-            out = self._model(
+            out = self._module(row.version)(
                 input_ids=torch.tensor([ids], dtype=torch.long),
                 past_key_values=cache,
                 use_cache=True,
@@ -298,7 +299,7 @@ class TorchBackend:
             return
         inputs = batch.step_inputs([r.next_id for r in batch.rows])
         with self._adapter(key[0]):
-            out = self._model(**inputs, past_key_values=batch.cache, use_cache=True)
+            out = self._module(key[0])(**inputs, past_key_values=batch.cache, use_cache=True)
         batch.cache = out.past_key_values
         if not self._emit_tokens(batch, out.logits[:, -1, :]):
             del self._batches[key]
@@ -355,8 +356,14 @@ class TorchBackend:
             while not pending.empty():
                 pending.get_nowait().emit(exc)  # type: ignore[arg-type]
 
+    def _module(self, version: str) -> Any:
+        """The weights that serve `version`: its own full model, or the shared base+adapters."""
+        return self._full.get(version, self._model)
+
     def _adapter(self, version: str) -> AbstractContextManager[Any]:
         """Select `version` for the next forward pass (base = adapters disabled)."""
+        if version in self._full:
+            return nullcontext()
         if not hasattr(self._model, "set_adapter") or not hasattr(self._model, "peft_config"):
             return nullcontext()
         if version == BASE_VERSION:
@@ -367,6 +374,15 @@ class TorchBackend:
     def _load_now(self, version: str, path: Path) -> None:
         from peft import PeftModel
 
+        if not (path / "adapter_config.json").exists():  # a full fine-tuning checkpoint
+            from transformers import AutoModelForCausalLM
+
+            dtype = next(self._model.parameters()).dtype
+            full = AutoModelForCausalLM.from_pretrained(
+                str(path), dtype=dtype, local_files_only=True
+            )
+            self._full[version] = full.to(next(self._model.parameters()).device).eval()
+            return
         if isinstance(self._model, PeftModel):
             self._model.load_adapter(str(path), adapter_name=version)
         else:
@@ -374,6 +390,8 @@ class TorchBackend:
         self._model.eval()
 
     def _delete_now(self, version: str) -> None:
+        if self._full.pop(version, None) is not None:
+            return
         self._model.delete_adapter(version)
         if not self._model.peft_config:  # last adapter gone: back to the plain base model
             self._model = self._model.unload()
@@ -383,6 +401,6 @@ class TorchBackend:
     ) -> list[float]:
         ids = torch.tensor([prompt_ids + response_ids], dtype=torch.long)
         with self._adapter(version):
-            logits = self._model(input_ids=ids, use_cache=False).logits[0]  # (T, V)
+            logits = self._module(version)(input_ids=ids, use_cache=False).logits[0]  # (T, V)
         start = len(prompt_ids) - 1
         return continuation_logprobs(logits[start : start + len(response_ids)], response_ids)
