@@ -329,3 +329,75 @@ def test_full_fine_tuning_checkpoint_is_served_by_the_torch_backend(
     fin, gap = asyncio.run(serve())
     assert fin is not None and fin.policy_version == version
     assert gap < 1e-3
+
+
+def test_topk_opd_step_uses_the_teachers_recorded_top_k(
+    training_engine: Any, loaded_model: tuple[Any, Any], tmp_path: Path
+) -> None:
+    """The judge's teacher top-k (scored by the real backend) reaches the top-k OPD loss."""
+    import asyncio
+    import copy
+
+    from clawrl_app.engine.backends.torch_backend import TorchBackend
+    from clawrl_app.engine.chat_format import ChatFormatter
+    from clawrl_app.engine.judge import teacher_topk
+
+    converse(training_engine.url, 2, "q")  # two corrected answers: two hints
+    wait_for(
+        lambda: (
+            sum(1 for it in judged_items(training_engine.engine.store) if it.teacher_logprobs) >= 2
+        ),
+        timeout=120,
+    )
+    db = copy_store(Path(training_engine.engine.store.path), tmp_path / "copy.sqlite3")
+    model, tok = loaded_model
+    with Store(db) as store:
+        hinted = [
+            (s, j)
+            for sess in store.list_sessions(limit=100)
+            for s in store.samples_for_session(sess.id)
+            if (j := store.get_judgment(s.id)) is not None and (j.user_hint or j.hint)
+        ]
+        assert len(hinted) >= 2
+
+        async def score_all() -> None:
+            be = TorchBackend(copy.deepcopy(model), tok, model_name="m", context_length=8192)
+            await be.start()
+            for s, j in hinted:
+                turn = store.get_turn(s.turn_id)
+                top = await teacher_topk(
+                    be, ChatFormatter(tok), turn, j.user_hint or j.hint, None, 4
+                )
+                assert (
+                    top is not None
+                    and len(top[0]) == len(turn.response_ids)
+                    and len(top[0][0]) == 4
+                )
+                assert all(row == sorted(row, reverse=True) for row in top[1])
+                store.set_teacher_topk(s.id, *top)
+            await be.stop()
+
+        asyncio.run(score_all())
+        items = []
+        for s, _ in hinted:
+            got = build_item(
+                s, store.get_turn(s.turn_id), store.get_judgment(s.id), "topk-opd", 0, 99
+            )
+            if isinstance(got, TrainItem):
+                items.append(got)
+    assert len(items) >= 2 and all(it.teacher_topk_ids for it in items)
+    cfg = TrainerConfig(
+        store_path=str(db),
+        checkpoints_dir=str(tmp_path / "ckpt"),
+        method="topk-opd",
+        model_path=str(training_engine.engine.model.path),
+        batch_size=2,
+        resume_from="none",
+    )
+    trainer = Trainer(cfg)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    m1 = trainer.train_step(items[:2])
+    m2 = trainer.train_step(items[:2])
+    assert m1["loss"] > 0 and torch.isfinite(torch.tensor(m2["loss"]))  # reverse KL is positive
+    after = dict(trainer.model.named_parameters())
+    assert any(not torch.equal(p, after[n].detach()) for n, p in before.items())

@@ -14,7 +14,7 @@ from typing import Any
 from clawrl_app.engine.backends.base import Backend
 from clawrl_app.engine.chat_format import ChatFormatter
 from clawrl_app.engine.events import EventSink, TurnRated
-from clawrl_app.engine.judge import teacher_logprobs
+from clawrl_app.engine.judge import teacher_logprobs, teacher_topk
 from clawrl_app.engine.openai_schema import ApiError
 from clawrl_app.engine.store import JudgmentRow, Store, TurnRow
 
@@ -84,6 +84,7 @@ async def apply_feedback(
     grace_s: float,
     teacher_version: str | None,
     events: EventSink | None = None,
+    topk: int = 0,
 ) -> JudgmentRow:
     """Record the rating (and hint with its teacher log-probs); returns the judgment."""
     turn = resolve_turn(store, fb)
@@ -96,6 +97,9 @@ async def apply_feedback(
         lps = await teacher_logprobs(backend, formatter, turn, fb.hint, teacher_version)
         if lps is not None:
             store.set_teacher_logprobs(row.sample_id, lps)
+        top = await teacher_topk(backend, formatter, turn, fb.hint, teacher_version, topk)
+        if top is not None:
+            store.set_teacher_topk(row.sample_id, *top)
     if before is not None and before.judge_score is not None:  # live judge/user agreement
         store.add_metric(row.sample_id, "judge/agreement", float(before.judge_score == fb.rating))
     if events is not None:

@@ -213,6 +213,29 @@ async def teacher_logprobs(
     return lps
 
 
+async def teacher_topk(
+    backend: Backend,
+    formatter: ChatFormatter,
+    turn: TurnRow,
+    hint: str,
+    version: str | None,
+    k: int,
+) -> tuple[list[list[int]], list[list[float]]] | None:
+    """The teacher's top-k distribution at each response position (for top-k OPD), when the
+    backend can score it."""
+    score_topk = getattr(backend, "score_topk", None)
+    if k <= 0 or score_topk is None:
+        return None
+    req = turn.request
+    ids = formatter.render(
+        teacher_messages(req.get("messages", []), hint), req.get("tools"), req.get("tool_choice")
+    )
+    if len(ids) + len(turn.response_ids) > backend.info().context_length:
+        return None
+    topk_ids, topk_lps = await score_topk(ids, list(turn.response_ids), k, version)
+    return list(topk_ids), list(topk_lps)
+
+
 class JudgeLoop:
     """Claims pending samples and writes judgments."""
 
@@ -226,11 +249,13 @@ class JudgeLoop:
         settings: JudgeSettings,
         grace_s: float,
         events: EventSink | None = None,
+        topk: int = 0,
     ) -> None:
         self.store = store
         self.backend = backend
         self.formatter = formatter
         self.judge = judge
+        self.topk = topk
         self.settings = settings
         self.grace_s = grace_s
         self.events: EventSink = events or (lambda e: None)
@@ -254,10 +279,18 @@ class JudgeLoop:
             return False
         try:
             verdict = await self.judge.verdict(judge_input(turn, sample), turn)
-            teacher = None
+            teacher, topk = None, None
             if verdict.hint:
                 teacher = await teacher_logprobs(
                     self.backend, self.formatter, turn, verdict.hint, self.teacher_version()
+                )
+                topk = await teacher_topk(
+                    self.backend,
+                    self.formatter,
+                    turn,
+                    verdict.hint,
+                    self.teacher_version(),
+                    self.topk,
                 )
         except Exception as exc:  # user plugin or judge endpoint failure: retried later
             self.failed += 1
@@ -277,6 +310,8 @@ class JudgeLoop:
             teacher,
             eligible_at=time.time() + self.grace_s,
         )
+        if topk is not None and hint is not None:
+            self.store.set_teacher_topk(sample.id, *topk)
         if verdict.score == 0 and hint is None:  # no RL signal and no teacher: not trained
             self.store.set_sample_state(sample.id, "skipped", "no signal: reward 0 and no hint")
         self.judged += 1

@@ -49,6 +49,7 @@ from clawrl_app.models import ResolvedModel, read_model_config, resolve_model
 from clawrl_app.paths import AppPaths
 
 log = logging.getLogger("clawrl.engine")
+TOPK_OPD_K = 8  # teacher tokens kept per position for train.method = topk-opd
 
 
 @dataclass
@@ -156,6 +157,7 @@ class Engine:
             settings=s.judge,
             grace_s=s.review.grace_s,
             events=self._emit,
+            topk=TOPK_OPD_K if s.train.method == "topk-opd" else 0,
         )
         app = create_app(
             self.service,
@@ -372,6 +374,7 @@ class Engine:
             grace_s=self.settings.review.grace_s,
             teacher_version=self.judge_loop.teacher_version(),
             events=self._emit,
+            topk=self.judge_loop.topk,
         )
 
     async def rollback(

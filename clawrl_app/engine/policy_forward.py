@@ -23,6 +23,8 @@ class ForwardOut:
     rewards_B: torch.Tensor
     has_reward_B: torch.Tensor
     has_teacher_B: torch.Tensor
+    topk_student_BTK: torch.Tensor | None = None  # student log-probs over the teacher's top-k ids
+    topk_teacher_BTK: torch.Tensor | None = None
 
 
 def response_logprobs(
@@ -42,12 +44,20 @@ def response_logprobs(
     logits_BLV = model(input_ids=ids_BL.to(device), attention_mask=attn_BL.to(device)).logits
     entropy_BT = torch.zeros(B, T)
     rows = []
+    K = max((len(it.teacher_topk_ids[0]) for it in items if it.teacher_topk_ids), default=0)
+    student_k: list[torch.Tensor] = []
     for b, it in enumerate(items):
         p, r = len(it.prompt_ids), len(it.response_ids)
         logits_TV = logits_BLV[b, p - 1 : p - 1 + r].float() / it.temperature  # (r, V)
         logp_TV = torch.log_softmax(logits_TV, dim=-1)  # (r, V)
         target_T1 = torch.tensor(it.response_ids, device=logp_TV.device).unsqueeze(-1)  # (r, 1)
         rows.append(torch.nn.functional.pad(logp_TV.gather(-1, target_T1).squeeze(-1), (0, T - r)))
+        if K:
+            ids_TK = torch.zeros(T, K, dtype=torch.long, device=logp_TV.device)
+            if it.teacher_topk_ids:
+                ids_TK[:r] = torch.tensor(it.teacher_topk_ids, device=logp_TV.device)
+            gathered_rK = logp_TV.gather(-1, ids_TK[:r])  # (r, K)
+            student_k.append(torch.nn.functional.pad(gathered_rK, (0, 0, 0, T - r)))  # (T, K)
         with torch.no_grad():
             entropy_BT[b, :r] = -(logp_TV.exp() * logp_TV).sum(-1).cpu()  # (r,)
     logprobs_BT = torch.stack(rows)  # (B, T)
@@ -61,6 +71,12 @@ def response_logprobs(
         if it.teacher_logprobs is not None:
             teacher_BT[b, :r] = torch.tensor(it.teacher_logprobs)
     dev = logprobs_BT.device
+    teacher_k = None
+    if K:
+        teacher_k = torch.zeros(B, T, K)
+        for b, it in enumerate(items):
+            if it.teacher_topk_logprobs:
+                teacher_k[b, : len(it.response_ids)] = torch.tensor(it.teacher_topk_logprobs)
     return ForwardOut(
         logprobs_BT=logprobs_BT,
         entropy_BT=entropy_BT.to(dev),
@@ -69,5 +85,10 @@ def response_logprobs(
         teacher_logprobs_BT=teacher_BT.to(dev),
         rewards_B=torch.tensor([it.reward for it in items], device=dev),
         has_reward_B=torch.tensor([it.has_reward for it in items], device=dev),
-        has_teacher_B=torch.tensor([it.teacher_logprobs is not None for it in items], device=dev),
+        has_teacher_B=torch.tensor(
+            [it.teacher_logprobs is not None or it.teacher_topk_ids is not None for it in items],
+            device=dev,
+        ),
+        topk_student_BTK=torch.stack(student_k) if K else None,
+        topk_teacher_BTK=teacher_k.to(dev) if teacher_k is not None else None,
     )

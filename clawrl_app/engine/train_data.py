@@ -30,6 +30,8 @@ class TrainItem:
     has_reward: bool
     teacher_logprobs: list[float] | None
     policy_version: str
+    teacher_topk_ids: list[list[int]] | None = None
+    teacher_topk_logprobs: list[list[float]] | None = None
 
     @property
     def tokens(self) -> int:
@@ -66,7 +68,10 @@ def build_item(
         teacher = None
     reward = float(judgment.score)
     use_rl = method in ("rl", "combine") and reward != 0
-    use_opd = method in ("opd", "combine", "topk-opd") and teacher is not None
+    topk = judgment.teacher_topk if method == "topk-opd" else None
+    if topk is not None and len(topk.get("ids", [])) != len(turn.response_ids):
+        topk = None
+    use_opd = method in ("opd", "combine") and teacher is not None or topk is not None
     if not (use_rl or use_opd):
         return Skip(
             sample.id,
@@ -84,6 +89,8 @@ def build_item(
         has_reward=use_rl,
         teacher_logprobs=list(teacher) if use_opd and teacher else None,
         policy_version=turn.policy_version,
+        teacher_topk_ids=topk["ids"] if topk else None,
+        teacher_topk_logprobs=topk["logprobs"] if topk else None,
     )
 
 

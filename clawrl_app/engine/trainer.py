@@ -120,11 +120,6 @@ class Trainer:
             from clawrl_app.engine.plugins import load_function
 
             return load_function(self.cfg.custom_loss_path, "loss")
-        if self.cfg.method == "topk-opd":
-            raise SystemExit(
-                "train.method = topk-opd needs the teacher's top-k log-probs, which "
-                "the judge does not record yet; use opd or combine."
-            )
         return OBJECTIVES[self.cfg.method]
 
     def _resume_dir(self) -> Path | None:
@@ -225,6 +220,8 @@ class Trainer:
                 teacher_logprobs_BT=out.teacher_logprobs_BT,
                 has_teacher_B=out.has_teacher_B,
                 entropy_BT=out.entropy_BT,
+                topk_teacher_logprobs_BTK=out.topk_teacher_BTK,
+                topk_student_logprobs_BTK=out.topk_student_BTK,
             )
             result = self.objective(batch, self.loss_cfg, adv_B)
             share = len(mb) / len(items)

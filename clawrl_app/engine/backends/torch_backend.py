@@ -162,6 +162,17 @@ class TorchBackend:
             self._scores, lambda: self._score_now(prompt_ids, response_ids, v)
         )
 
+    async def score_topk(
+        self, prompt_ids: list[int], response_ids: list[int], k: int, version: str | None = None
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """The top-k token ids and log-probs (T = 1) at each response position (top-k OPD)."""
+        v = version or BASE_VERSION
+        if v not in self._versions:
+            raise UnknownVersion(v)
+        return await self._submit(
+            self._scores, lambda: self._topk_now(prompt_ids, response_ids, k, v)
+        )
+
     async def load_adapter(self, version: str, path: Path) -> None:
         if version in self._versions:
             raise BackendError(f"version name {version!r} is already used; never reuse one")
@@ -395,6 +406,17 @@ class TorchBackend:
         self._model.delete_adapter(version)
         if not self._model.peft_config:  # last adapter gone: back to the plain base model
             self._model = self._model.unload()
+
+    def _topk_now(
+        self, prompt_ids: list[int], response_ids: list[int], k: int, version: str
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        ids = torch.tensor([prompt_ids + response_ids], dtype=torch.long)
+        with self._adapter(version):
+            logits = self._module(version)(input_ids=ids, use_cache=False).logits[0]  # (L, V)
+        start = len(prompt_ids) - 1
+        logp_TV = torch.log_softmax(logits[start : start + len(response_ids)].float(), dim=-1)
+        vals_TK, idx_TK = torch.topk(logp_TV, k, dim=-1)  # (T, K)
+        return idx_TK.tolist(), vals_TK.tolist()
 
     def _score_now(
         self, prompt_ids: list[int], response_ids: list[int], version: str

@@ -114,6 +114,8 @@ class JudgmentRow:
     user_rating: int | None
     user_hint: str | None
     created: float
+    teacher_topk: dict[str, Any] | None = None
+    """Teacher top-k per response token: {"ids": [[...K]...], "logprobs": [[...K]...]}."""
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,14 @@ _DECODED: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "pinned": ("pinned", bool),
     **{
         f"{name}_json": (name, json.loads)
-        for name in ("request", "response", "next_state", "votes", "hint_candidates")
+        for name in (
+            "request",
+            "response",
+            "next_state",
+            "votes",
+            "hint_candidates",
+            "teacher_topk",
+        )
         + ("metrics", "sessions", "samples", "payload")
     },
 }

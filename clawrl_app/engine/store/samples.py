@@ -130,6 +130,15 @@ class SamplesMixin(StoreBase):
         row = cur.execute("SELECT * FROM judgments WHERE sample_id = ?", (sample_id,))
         return _build(JudgmentRow, row.fetchone())
 
+    def set_teacher_topk(
+        self, sample_id: int, ids: Sequence[Sequence[int]], logprobs: Sequence[Sequence[float]]
+    ) -> bool:
+        """Store the teacher's top-k token ids and log-probs per response token."""
+        blob = _dumps({"ids": [list(r) for r in ids], "logprobs": [list(r) for r in logprobs]})
+        return self._update(
+            "UPDATE judgments SET teacher_topk_json = ? WHERE sample_id = ?", (blob, sample_id)
+        )
+
     def set_teacher_logprobs(self, sample_id: int, logprobs: Sequence[float]) -> bool:
         """Store teacher log-probs (e.g. for a user's hint) on an existing judgment."""
         return self._update(

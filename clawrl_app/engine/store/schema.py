@@ -70,6 +70,10 @@ MIGRATIONS: list[str] = [
         id INTEGER PRIMARY KEY, ts REAL NOT NULL, kind TEXT NOT NULL,
         payload_json TEXT NOT NULL);
     """,
+    # v2: the teacher's top-k distribution per response token (for top-k OPD)
+    """
+    ALTER TABLE judgments ADD COLUMN teacher_topk_json TEXT;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
