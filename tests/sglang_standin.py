@@ -6,6 +6,16 @@ http_server.py`, `managers/tokenizer_manager.py`, `managers/io_struct.py`,
 `sampling/sampling_params.py`), and is stricter than SGLang where that catches our
 mistakes (unknown top-level keys are a 400 here; SGLang ignores them).
 
+Publishing full weights: `/pause_generation` (modes abort / retract / in_place) stops
+generation: running streams stop producing tokens (abort mode finishes them with
+`abort`), new `/generate` requests wait until `/continue_generation` (SGLang's
+`is_pause_cond` in `TokenizerManager.generate_request`), and `/health*` answer 503 while
+`/ping` stays 200. Both reply `{"message": ..., "status": "ok"}` with no `success` field,
+as SGLang does. `/update_weights_from_disk` answers `{"success", "message",
+"num_paused_requests"}` (400 on failure) and, on success, serves the checkpoint: the
+"model" then salts its tokens with the checkpoint path, retracted streams resume on those
+weights, and `/model_info` names the path as SGLang's rename does.
+
 The "model" is deterministic: the next token is a hash of the last ids and the adapter
 name, and its log-prob a function of the context, so scoring an answer gives back
 exactly the log-probs it was generated with. Importable (`create_app`, `StandinState`,
@@ -47,26 +57,42 @@ GENERATE_KEYS = {
 }  # fmt: skip
 
 
-def adapter_salt(adapter: str | None) -> int:
-    return sum(ord(c) for c in adapter) if adapter else 0
+# UpdateWeightFromDiskReqInput's fields (io_struct.py as read; BaseReq adds rid). The
+# backend sends only model_path, weight_version and flush_cache.
+UPDATE_FROM_DISK_KEYS = {
+    "rid", "model_path", "load_format", "abort_all_requests", "weight_version", "is_async",
+    "torch_empty_cache", "keep_pause", "recapture_cuda_graph", "token_step", "flush_cache",
+    "manifest",
+}  # fmt: skip
+PAUSE_MODES = ("abort", "retract", "in_place")
 
 
-def next_token(ids: list[int], adapter: str | None = None) -> int:
-    """The stand-in model's (greedy) next token after `ids`."""
+def adapter_salt(adapter: str | None, weights: str | None = None) -> int:
+    """The adapter's (and the full checkpoint's, once one is served) effect on the model."""
+    salt = sum(ord(c) for c in adapter) if adapter else 0
+    return salt + (3 * sum(ord(c) for c in weights) if weights else 0)
+
+
+def next_token(ids: list[int], adapter: str | None = None, weights: str | None = None) -> int:
+    """The stand-in model's (greedy) next token after `ids`; `weights` = checkpoint path."""
     tail = ids[-4:]
-    h = sum((i + 1) * 7919 * t for i, t in enumerate(tail)) + 31 * len(ids) + adapter_salt(adapter)
-    return h % VOCAB_SIZE
+    h = sum((i + 1) * 7919 * t for i, t in enumerate(tail)) + 31 * len(ids)
+    return (h + adapter_salt(adapter, weights)) % VOCAB_SIZE
 
 
-def token_logprob(context: list[int], token: int, adapter: str | None = None) -> float:
+def token_logprob(
+    context: list[int], token: int, adapter: str | None = None, weights: str | None = None
+) -> float:
     """The stand-in model's log-prob of `token` after `context`."""
-    h = (sum(context[-3:]) * 13 + token * 7 + len(context) + adapter_salt(adapter)) % 97
-    return -0.05 - h / 20.0
+    h = sum(context[-3:]) * 13 + token * 7 + len(context) + adapter_salt(adapter, weights)
+    return -0.05 - (h % 97) / 20.0
 
 
-def top_candidates(context: list[int], token: int, k: int, adapter: str | None) -> list[list[Any]]:
+def top_candidates(
+    context: list[int], token: int, k: int, adapter: str | None, weights: str | None = None
+) -> list[list[Any]]:
     """`k` `[logprob, id, null]` alternatives, the sampled token first."""
-    first = token_logprob(context, token, adapter)
+    first = token_logprob(context, token, adapter, weights)
     return [[first - 0.5 * j, (token + j) % VOCAB_SIZE, None] for j in range(k)]
 
 
@@ -92,6 +118,13 @@ class StandinState:
     aborted: list[str] = field(default_factory=list)
     running: dict[str, str | None] = field(default_factory=dict)
     produced: dict[str, int] = field(default_factory=dict)
+    paused: bool = False
+    update_delay_s: float = 0.0
+    update_failure: str | None = None
+    """When set, `/update_weights_from_disk` fails with this message (weights unchanged)."""
+    weights: str | None = None
+    """The checkpoint served in place of the launch weights (None = launch weights)."""
+    weight_version: str = "default"
 
     def reset(self) -> None:
         """Forget adapters, recordings and knobs; keep the key and the model's names."""
@@ -126,7 +159,8 @@ def create_app(state: StandinState) -> FastAPI:
     @app.get("/health")
     @app.get("/health_generate")
     async def health() -> Response:
-        return Response(status_code=200 if time.monotonic() >= state.ready_at else 503)
+        healthy = time.monotonic() >= state.ready_at and not state.paused
+        return Response(status_code=200 if healthy else 503)
 
     @app.get("/ping")
     async def ping() -> Response:
@@ -135,11 +169,11 @@ def create_app(state: StandinState) -> FastAPI:
     @app.get("/model_info")
     async def model_info() -> dict[str, Any]:
         return {
-            "model_path": state.model_path,
+            "model_path": state.weights or state.model_path,  # SGLang renames on update
             "tokenizer_path": state.model_path,
             "is_generation": True,
             "preferred_sampling_params": None,
-            "weight_version": "default",
+            "weight_version": state.weight_version,
             "has_image_understanding": False,
             "has_audio_understanding": False,
         }
@@ -150,6 +184,8 @@ def create_app(state: StandinState) -> FastAPI:
         problem = _validate_generate(body)
         if problem:
             return _error(problem, 400)
+        while state.paused:  # SGLang holds new requests until continue_generation
+            await asyncio.sleep(0.005)
         if state.overloaded:
             return _error("The server is overloaded; the request queue is full.", 503)
         adapter = body.get("lora_path")
@@ -185,6 +221,44 @@ def create_app(state: StandinState) -> FastAPI:
         await asyncio.sleep(state.unload_delay_s)
         del state.adapters[name]
         return _lora_reply(True, None, state.adapters)
+
+    @app.post("/pause_generation")
+    async def pause_generation(request: Request) -> JSONResponse:
+        body = await read_body(request, "/pause_generation")
+        mode = body.get("mode", "abort") if isinstance(body, dict) else None
+        if not isinstance(body, dict) or set(body) - {"mode"} or mode not in PAUSE_MODES:
+            return _error(f"invalid pause_generation body: {body}", 400)
+        state.paused = True
+        if mode == "abort":
+            state.aborted.extend(state.running)
+        return JSONResponse({"message": "Generation paused successfully.", "status": "ok"})
+
+    @app.post("/continue_generation")
+    async def continue_generation(request: Request) -> JSONResponse:
+        body = await read_body(request, "/continue_generation")
+        if not isinstance(body, dict) or set(body) - {"torch_empty_cache"}:
+            return _error(f"invalid continue_generation body: {body}", 400)
+        state.paused = False
+        return JSONResponse({"message": "Generation continued successfully.", "status": "ok"})
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights_from_disk(request: Request) -> JSONResponse:
+        body = await read_body(request, "/update_weights_from_disk")
+        path = body.get("model_path") if isinstance(body, dict) else None
+        if not isinstance(path, str) or set(body) - UPDATE_FROM_DISK_KEYS:
+            return _error(f"invalid update_weights_from_disk body: {body}", 400)
+        await asyncio.sleep(state.update_delay_s)
+        launch = path == state.model_path  # the stand-in "has" its launch model
+        if state.update_failure or not (launch or os.path.isfile(f"{path}/config.json")):
+            message = state.update_failure or f"Failed to get weights iterator: {path} not found."
+            reply = {"success": False, "message": message, "num_paused_requests": 0}
+            return JSONResponse(reply, status_code=400)
+        state.weights = None if launch else path
+        message = "Succeeded to update model weights."
+        if body.get("weight_version") is not None:
+            state.weight_version = body["weight_version"]
+            message += f" Weight version updated to {state.weight_version}."
+        return JSONResponse({"success": True, "message": message, "num_paused_requests": 0})
 
     @app.post("/abort_request")
     async def abort_request(request: Request) -> Response:
@@ -236,7 +310,8 @@ async def _error_events(message: str) -> AsyncIterator[bytes]:
 class _Generation:
     """One request's progress: SGLang's ReqState in miniature."""
 
-    def __init__(self, body: dict[str, Any]) -> None:
+    def __init__(self, state: StandinState, body: dict[str, Any]) -> None:
+        self.state = state
         self.rid = body.get("rid") or f"standin-{time.monotonic_ns()}"
         self.input_ids = [int(t) for t in body["input_ids"]]
         sampling = body.get("sampling_params") or {}
@@ -254,11 +329,11 @@ class _Generation:
             self.finish = {"type": "length", "length": 0}
 
     def step(self) -> None:
-        context = self.input_ids + self.out
-        token = next_token(context, self.adapter)
+        context, weights = self.input_ids + self.out, self.state.weights
+        token = next_token(context, self.adapter, weights)
         self.out.append(token)
-        self.entries.append([token_logprob(context, token, self.adapter), token, None])
-        self.tops.append(top_candidates(context, token, self.top_k, self.adapter))
+        self.entries.append([token_logprob(context, token, self.adapter, weights), token, None])
+        self.tops.append(top_candidates(context, token, self.top_k, self.adapter, weights))
         if token in self.stop_ids:
             self.finish = {"type": "stop", "matched": token}
         elif len(self.out) >= self.max_new:
@@ -270,7 +345,8 @@ class _Generation:
         start = len(ids) - 1 if self.start is None or self.start < 0 else self.start
         entries: list[list[Any]] = [[None, ids[start], None]]
         for p in range(start + 1, len(ids)):
-            entries.append([token_logprob(ids[:p], ids[p], self.adapter), ids[p], None])
+            lp = token_logprob(ids[:p], ids[p], self.adapter, self.state.weights)
+            entries.append([lp, ids[p], None])
         return entries
 
     def event(self, since: int = 0) -> dict[str, Any]:
@@ -279,7 +355,7 @@ class _Generation:
             "id": self.rid,
             "finish_reason": self.finish,
             "prompt_tokens": len(self.input_ids),
-            "weight_version": "default",
+            "weight_version": self.state.weight_version,
             "completion_tokens": len(self.out),
             "cached_tokens": 0,
         }
@@ -294,18 +370,20 @@ class _Generation:
 
 
 def _run_to_end(state: StandinState, body: dict[str, Any]) -> dict[str, Any]:
-    gen = _Generation(body)
+    gen = _Generation(state, body)
     while gen.finish is None:
         gen.step()
     return gen.event()
 
 
 async def _stream(state: StandinState, body: dict[str, Any]) -> AsyncIterator[bytes]:
-    gen = _Generation(body)
+    gen = _Generation(state, body)
     state.running[gen.rid] = gen.adapter
     sent = 0
     try:
         while True:
+            while state.paused and gen.rid not in state.aborted:  # retracted: resumes later
+                await asyncio.sleep(0.005)
             if gen.rid in state.aborted and gen.finish is None:
                 gen.finish = {"type": "abort", "message": "Abort in running batch."}
             for _ in range(state.tokens_per_chunk):

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from clawrl_app.engine.backends.base import Backend
+from clawrl_app.engine.backends.base import Backend, BackendError
 from clawrl_app.engine.checkpoints import read_manifest
 from clawrl_app.engine.events import EventSink, LoopFailed, PolicyPublished, wait_for_poke
 from clawrl_app.engine.rollback import BASE, ServedState, read_served, write_served
@@ -67,17 +67,26 @@ class Publisher:
             name = row.version
             if name not in self.backend.info().versions:
                 await self.backend.load_adapter(name, Path(row.path))
+            previous = self.backend.active_version
+            activated = False
             if check:
-                gap = await self._canary(name, Path(row.path))
+                try:
+                    gap = await self._canary(name, Path(row.path))
+                except BackendError:  # full weights on SGLang: scorable only once served
+                    await self.backend.activate(name)
+                    activated = True
+                    gap = await self._canary(name, Path(row.path))
                 if gap > self.tolerance:
+                    if activated:
+                        await self.backend.activate(previous)
                     self.store.set_checkpoint_status(name, "refused")
                     await self.backend.unload_adapter(name)
                     self.refused += 1
                     self.last_error = f"{name} refused: canary log-probs differ by {gap:.2e}"
                     self.events(LoopFailed("publishing", self.last_error))
                     return False
-            previous = self.backend.active_version
-            await self.backend.activate(name)
+            if not activated:
+                await self.backend.activate(name)
             self.store.mark_published(name)
             self.served = name
             if self.state_file is not None:
