@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from pathlib import Path
 from typing import Any
 
@@ -180,3 +181,35 @@ def test_adapter_publish_swaps_without_dropping_inflight(
     assert r["after_fin"].policy_version == "base"
     assert [t.token_id for t in r["after"]] == [t.token_id for t in r["base"]]
     assert r["versions"] == ["base"]
+
+
+def test_background_scoring_is_not_starved_by_continuous_user_traffic(
+    model_copy: tuple[Any, Any],
+) -> None:
+    """Teacher/canary scoring keeps making progress while users chat without pause."""
+    model, tok = model_copy
+    ps = prompts(tok)
+
+    async def go() -> tuple[float, bool]:
+        be = TorchBackend(model, tok, model_name="m", context_length=8192)
+        await be.start()
+        stop = asyncio.Event()
+
+        async def user() -> None:
+            while not stop.is_set():  # back-to-back answers: a user batch is always decoding
+                await collect(be, ps[1], 40)
+
+        traffic = [asyncio.create_task(user()) for _ in range(2)]
+        await asyncio.sleep(1.0)
+        t0 = time.monotonic()
+        await be.score(ps[0], ps[2][:20])
+        waited = time.monotonic() - t0
+        still_busy = not all(t.done() for t in traffic)
+        stop.set()
+        await asyncio.gather(*traffic)
+        await be.stop()
+        return waited, still_busy
+
+    waited, still_busy = run(go())
+    assert still_busy, "the traffic must still be running when the score returns"
+    assert waited < 10.0

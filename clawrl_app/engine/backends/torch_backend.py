@@ -39,6 +39,9 @@ from clawrl_app.engine.chat_format import eos_token_ids
 
 log = logging.getLogger("clawrl.torch_backend")
 BASE_VERSION = "base"
+# Under continuous user traffic, background work (teacher/canary scoring, judge votes) still
+# gets one pass per this many seconds: bounded starvation, bounded user slowdown.
+BACKGROUND_EVERY_S = 1.0
 
 
 @dataclass(eq=False)
@@ -90,6 +93,7 @@ class TorchBackend:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self.busy_since: float | None = None
+        self._last_background = time.monotonic()
 
     # -- lifecycle -------------------------------------------------------------------
     @property
@@ -224,10 +228,18 @@ class TorchBackend:
                 self._run_commands()
                 self._admit(self._pending, background=False)
                 user_keys = [k for k in self._batches if not k[1]]
-                if user_keys:  # user answers first; background lanes wait
+                if user_keys:  # user answers first; background lanes wait ...
                     for key in user_keys:
                         self._decode_step(key)
+                    # ... but never starve: under continuous traffic, one scoring pass and one
+                    # step of each admitted background lane at most every BACKGROUND_EVERY_S
+                    if time.monotonic() - self._last_background >= BACKGROUND_EVERY_S:
+                        self._last_background = time.monotonic()
+                        self._run_one(self._scores)
+                        for key in [k for k in self._batches if k[1]]:
+                            self._decode_step(key)
                     continue
+                self._last_background = time.monotonic()
                 self._run_one(self._scores)  # judge scoring: one forward pass per round
                 self._admit(self._pending_bg, background=True)
                 for key in list(self._batches):
