@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("launch", help="start the engine and the terminal UI", epilog=EPILOG)
     _common(p)
+    p = sub.add_parser("tui", help="attach the terminal UI to a running engine")
+    p.add_argument("--attach", metavar="URL", help="the engine, e.g. http://127.0.0.1:30000")
+    p.add_argument("--api-key", metavar="KEY", help="the engine's API key (if it needs one)")
     p = sub.add_parser("serve", help="start the engine headless (endpoint + loops)", epilog=EPILOG)
     _common(p)
     p = sub.add_parser("doctor", help="explain hardware, plan, model, store and key storage")
@@ -201,11 +204,60 @@ def cmd_serve(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths)
 
 
 def cmd_launch(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
-    print(
-        "The terminal UI is not built yet (issue #6): starting the headless engine instead.",
-        flush=True,
-    )
-    return cmd_serve(args, loaded, paths)
+    """Engine (in a thread) + terminal UI; quitting the UI stops the engine and its trainer."""
+    from clawrl_app.engine.engine_thread import EngineThread
+    from clawrl_app.tui.app import ClawrlApp
+    from clawrl_app.tui.client import LocalClient
+
+    started: list[EngineThread] = []
+
+    def start() -> LocalClient:
+        thread = EngineThread(loaded.settings, paths)
+        started.append(thread)
+        return LocalClient(thread.start())
+
+    try:
+        with _quiet_root_logging():
+            ClawrlApp(start=start).run()
+    finally:
+        for thread in started:
+            print("stopping the engine...", flush=True)
+            thread.stop()
+    return 0
+
+
+def cmd_tui(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    """The UI attached to a running engine; quitting leaves that engine running."""
+    from clawrl_app.tui.app import ClawrlApp
+    from clawrl_app.tui.client import HttpClient
+
+    if not args.attach:
+        print("error: give --attach URL (or use `clawrl-app launch`)", file=sys.stderr)
+        return 2
+    client = HttpClient(args.attach, args.api_key)
+    try:
+        client.status()
+    except Exception as exc:
+        print(f"error: cannot reach {args.attach}/admin/status: {exc}", file=sys.stderr)
+        return 1
+    try:
+        with _quiet_root_logging():
+            ClawrlApp(client).run()
+    finally:
+        client.close()
+    return 0
+
+
+@contextlib.contextmanager
+def _quiet_root_logging() -> Any:
+    """Detach the root log handlers (they write to the terminal the UI draws on)."""
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    root.handlers = [logging.NullHandler()]
+    try:
+        yield
+    finally:
+        root.handlers = saved
 
 
 def cmd_doctor(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
@@ -512,6 +564,7 @@ def cmd_api_key(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPath
 COMMANDS = {
     "launch": cmd_launch,
     "serve": cmd_serve,
+    "tui": cmd_tui,
     "doctor": cmd_doctor,
     "config": cmd_config,
     "openclaw-config": cmd_openclaw_config,

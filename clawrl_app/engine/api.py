@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from clawrl_app.engine.admin_api import admin_router
 from clawrl_app.engine.backends.base import BackendError
 from clawrl_app.engine.chat_service import ChatDelta, ChatResult, ChatService, PreparedChat
 from clawrl_app.engine.openai_schema import ApiError, chunk, completion_id, now_s, usage
@@ -37,6 +38,7 @@ def create_app(
     ready: Any = lambda: True,
     feedback: Callable[[Any], Awaitable[dict[str, Any]]] | None = None,
     rollback: Callable[[Any], Awaitable[dict[str, Any]]] | None = None,
+    engine: Any = None,
 ) -> FastAPI:
     """The endpoint app. `api_key` None = no auth (loopback only); `ready()` backs /readyz."""
     app = FastAPI(title="clawrl-app", docs_url=None, redoc_url=None, openapi_url=None)
@@ -75,6 +77,9 @@ def create_app(
                 "(see `clawrl-app openclaw-config`).",
                 code="invalid_api_key",
             )
+
+    if engine is not None:
+        app.include_router(admin_router(engine), dependencies=[Depends(authorized)])
 
     @app.exception_handler(BackendError)
     async def _backend_error(_: Request, exc: BackendError) -> JSONResponse:

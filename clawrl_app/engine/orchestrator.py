@@ -166,6 +166,7 @@ class Engine:
             ready=self.ready,
             feedback=self._feedback_route,
             rollback=self._rollback_route,
+            engine=self,
         )
         self.http = HttpServer(app, bind_socket(s.server.host, s.server.port))
         await self.http.start()

@@ -1,0 +1,182 @@
+"""Admin routes for the terminal UI attached to a running engine (`clawrl-app tui --attach`).
+
+`create_app` receives the engine and mounts these routes behind the endpoint's bearer-key
+check, so the endpoint and the admin routes share one engine. The JSON builders
+below are also what the in-process TUI client calls, so both clients see the same shapes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter, Query, Request
+
+from clawrl_app.engine.openai_schema import ApiError
+from clawrl_app.engine.store import REVIEW_STATES, Store
+
+if TYPE_CHECKING:
+    from clawrl_app.engine.orchestrator import Engine
+
+log = logging.getLogger("clawrl.admin")
+METRIC_LIMIT = 5000  # points per metric sent to the UI
+
+
+def overview(engine: Engine) -> dict[str, Any]:
+    """Status of every loop plus endpoint, key hint, model and plan (the dashboard's data)."""
+    from clawrl_app.hardware import format_plan
+
+    out = engine.status()
+    out["url"] = engine.url if engine.http is not None else None
+    out["api_key_hint"] = f"…{engine.api_key[-4:]}" if engine.api_key else None
+    out["model"] = engine.model.name if engine.model else None
+    out["plan"] = format_plan(engine.plan) if engine.plan else None
+    out["ready"] = engine.ready()
+    return out
+
+
+def session_summaries(store: Store, review_state: str | None = None) -> list[dict[str, Any]]:
+    """Newest sessions first with turn count, mean reward and review state."""
+    out = []
+    for s in store.list_sessions(limit=200, review_state=review_state):
+        turns = store.turns_for_session(s.id, type="main")
+        scores = [
+            j.score
+            for sample in store.samples_for_session(s.id)
+            if (j := store.get_judgment(sample.id)) is not None
+        ]
+        out.append(
+            {
+                "id": s.id,
+                "source": s.source,
+                "created": s.created,
+                "closed": s.closed_at is not None,
+                "turns": len(turns),
+                "mean_reward": sum(scores) / len(scores) if scores else None,
+                "review_state": s.review_state,
+            }
+        )
+    return out
+
+
+def session_detail(store: Store, session_id: str) -> dict[str, Any] | None:
+    """One session's turns, each with its reward, votes, hint and the checkpoint it trained."""
+    s = store.get_session(session_id)
+    if s is None:
+        return None
+    samples = {x.turn_id: x for x in store.samples_for_session(session_id)}
+    turns = []
+    for t in store.turns_for_session(session_id):
+        sample = samples.get(t.id)
+        j = store.get_judgment(sample.id) if sample is not None else None
+        messages = t.request.get("messages") or []
+        users = [m for m in messages if isinstance(m, dict) and m.get("role") in ("user", "tool")]
+        turns.append(
+            {
+                "turn_id": t.id,
+                "idx": t.idx,
+                "type": t.type,
+                "prompt": _text(users[-1].get("content")) if users else "",
+                "response": t.response_text,
+                "version": t.policy_version,
+                "sample_state": sample.state if sample else None,
+                "next_state": sample.next_state_text if sample else None,
+                "reward": j.score if j else None,
+                "votes": j.votes if j else [],
+                "user_rating": j.user_rating if j else None,
+                "hint": (j.user_hint or j.hint) if j else None,
+                "trained_in": sample.trained_in if sample else None,
+            }
+        )
+    return {
+        "id": s.id,
+        "source": s.source,
+        "review_state": s.review_state,
+        "closed": s.closed_at is not None,
+        "turns": turns,
+    }
+
+
+def checkpoint_rows(store: Store, served: str | None) -> list[dict[str, Any]]:
+    """Every checkpoint (newest first) with its metrics and sessions; `served` marks one."""
+    rows = sorted(store.list_checkpoints(), key=lambda c: (c.created, c.step), reverse=True)
+    return [
+        {
+            "version": c.version,
+            "parent": c.parent,
+            "step": c.step,
+            "created": c.created,
+            "status": c.status,
+            "metrics": c.metrics,
+            "sessions": c.sessions,
+            "served": c.version == served,
+        }
+        for c in rows
+    ]
+
+
+def metric_series(store: Store, names: list[str]) -> dict[str, list[list[float]]]:
+    """`{name: [[step, value], ...]}` as the trainer recorded them."""
+    return {n: [[m.step, m.value] for m in store.metrics(n)][-METRIC_LIMIT:] for n in names}
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def admin_router(engine: Engine) -> APIRouter:
+    """The admin routes of `engine` (status, sessions, review, checkpoints, metrics, events)."""
+    router = APIRouter(prefix="/admin")
+
+    def store() -> Store:
+        if engine.store is None:
+            raise ApiError(503, "The engine is not started.", type="server_error")
+        return engine.store
+
+    @router.get("/status")
+    async def get_status() -> dict[str, Any]:
+        return overview(engine)
+
+    @router.get("/sessions")
+    async def get_sessions(review_state: str | None = None) -> dict[str, Any]:
+        if review_state is not None and review_state not in REVIEW_STATES:
+            raise ApiError(400, f"review_state must be one of {REVIEW_STATES}.")
+        return {"data": session_summaries(store(), review_state)}
+
+    @router.get("/sessions/{session_id}")
+    async def get_session(session_id: str) -> dict[str, Any]:
+        detail = session_detail(store(), session_id)
+        if detail is None:
+            raise ApiError(404, f"No session {session_id!r}.", type="not_found")
+        return detail
+
+    @router.post("/sessions/{session_id}/review")
+    async def post_review(session_id: str, request: Request) -> dict[str, Any]:
+        body = await request.json()
+        state = body.get("state") if isinstance(body, dict) else None
+        if state not in REVIEW_STATES:
+            raise ApiError(400, f"state must be one of {REVIEW_STATES}.", param="state")
+        if not store().set_review_state(session_id, state):
+            raise ApiError(404, f"No session {session_id!r}.", type="not_found")
+        log.info("session %s marked %s", session_id, state)
+        return {"id": session_id, "review_state": state}
+
+    @router.get("/checkpoints")
+    async def get_checkpoints() -> dict[str, Any]:
+        served = engine.backend.active_version if engine.backend else None
+        return {"served": served, "data": checkpoint_rows(store(), served)}
+
+    @router.get("/metrics")
+    async def get_metrics(names: str = Query("")) -> dict[str, Any]:
+        return {"data": metric_series(store(), [n for n in names.split(",") if n])}
+
+    @router.get("/events")
+    async def get_events(since: int = 0) -> dict[str, Any]:
+        rows = store().events_since(since)
+        return {"data": [{"id": e.id, "kind": e.kind, "payload": e.payload} for e in rows]}
+
+    return router

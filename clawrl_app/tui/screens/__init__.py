@@ -1,0 +1,1 @@
+"""The UI's screens, each a `.py` + `.tcss` pair."""

@@ -1,0 +1,31 @@
+"""Shown while `launch` starts the engine (first start converts the model: ~25-60 s)."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Label, LoadingIndicator
+
+
+class LoadingScreen(Screen[None]):
+    """A spinner and what is happening; shows the error if the engine fails to start."""
+
+    CSS_PATH = "loading.tcss"
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="loading-box"):
+            yield Label(
+                "Starting the engine: loading the model, the endpoint and the trainer…\n"
+                "(the first start converts the embedded model, about a minute)",
+                id="loading-text",
+            )
+            yield LoadingIndicator(id="loading-spinner")
+        yield Footer()
+
+    def failed(self, error: str) -> None:
+        """Replace the spinner by the start-up error."""
+        self.query_one("#loading-spinner", LoadingIndicator).display = False
+        label = self.query_one("#loading-text", Label)
+        label.update(f"The engine failed to start:\n{error}\n\nctrl+q quits.")
+        label.add_class("error")

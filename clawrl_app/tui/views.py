@@ -1,0 +1,158 @@
+"""Pure view-model functions: engine data in, strings and series out (no Textual here)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+NONE = "–"
+
+
+def clock(ts: float | None) -> str:
+    """Local date and time of a Unix timestamp, to the second."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else NONE
+
+
+def reward(value: float | None) -> str:
+    """A reward with its sign (`+1.00`), or a dash when not judged yet."""
+    return NONE if value is None else f"{value:+.2f}"
+
+
+def short(text: str, width: int = 60) -> str:
+    """One line, at most `width` characters."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def session_row(s: dict[str, Any]) -> tuple[str, ...]:
+    """A row of the sessions table."""
+    return (
+        short(s["id"], 28),
+        s["source"],
+        str(s["turns"]),
+        reward(s["mean_reward"]),
+        s["review_state"],
+        clock(s["created"]),
+    )
+
+
+def votes_text(votes: list[Any]) -> str:
+    """The judge's votes in a compact form, e.g. `+1 +1 -1`."""
+    parts = []
+    for v in votes:
+        score = v.get("score") if isinstance(v, dict) else v
+        parts.append(f"{score:+g}" if isinstance(score, int | float) else str(score))
+    return " ".join(parts) or NONE
+
+
+def turn_row(t: dict[str, Any]) -> tuple[str, ...]:
+    """A row of the session detail: one recorded turn."""
+    rated = {1: " (you +1)", -1: " (you -1)"}.get(t["user_rating"] or 0, "")
+    return (
+        str(t["idx"]),
+        t["type"],
+        short(t["prompt"], 40),
+        short(t["response"], 60),
+        reward(t["reward"]) + rated,
+        votes_text(t["votes"]),
+        short(t["hint"] or NONE, 30),
+        t["trained_in"] or NONE,
+    )
+
+
+def trained_versions(detail: dict[str, Any]) -> list[str]:
+    """The checkpoints that already trained on this session (sorted, unique)."""
+    return sorted({t["trained_in"] for t in detail["turns"] if t["trained_in"]})
+
+
+def metric(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, int | float) else NONE
+
+
+def checkpoint_row(c: dict[str, Any]) -> tuple[str, ...]:
+    """A row of the checkpoints table; the served version is marked with ▶."""
+    m = c["metrics"]
+    return (
+        ("▶ " if c["served"] else "  ") + c["version"],
+        c["parent"] or "base",
+        str(c["step"]),
+        clock(c["created"]),
+        c["status"],
+        metric(m.get("loss")),
+        metric(m.get("reward/mean")),
+        metric(m.get("kl")),
+        str(len(c["sessions"])),
+    )
+
+
+def rollback_plan(target: str, served: str | None, rows: list[dict[str, Any]]) -> str:
+    """The confirmation text: exactly what serving `target` does."""
+    later = [c["version"] for c in rows if c["version"] != target and _is_after(c, target, rows)]
+    text = (
+        f"Serve {target} instead of {served or 'the current version'}: new requests use "
+        f"{target} at once (requests in flight finish on the old one), and the trainer "
+        f"restarts from {target}"
+        + (" (the base model, no adapter)" if target == "base" else " (its weights and optimizer)")
+        + "."
+    )
+    if later:
+        text += f" {', '.join(later)} stay on disk; roll forward with f."
+    return text
+
+
+def _is_after(c: dict[str, Any], target: str, rows: list[dict[str, Any]]) -> bool:
+    if target == "base":
+        return True
+    t = next((r for r in rows if r["version"] == target), None)
+    return t is not None and c["step"] > t["step"]
+
+
+def newest_version(rows: list[dict[str, Any]]) -> str | None:
+    """The most recent servable checkpoint (the roll-forward target)."""
+    ok = [c for c in rows if c["status"] in ("ready", "published")]
+    return max(ok, key=lambda c: (c["created"], c["step"]))["version"] if ok else None
+
+
+def curve(points: list[list[float]]) -> tuple[list[float], list[float]]:
+    """`[[step, value], ...]` → (steps, values), in step order."""
+    ordered = sorted(points, key=lambda p: p[0])
+    return [p[0] for p in ordered], [p[1] for p in ordered]
+
+
+LOOPS = ("serving", "collection", "judging", "training", "publishing")
+
+
+def loop_lines(status: dict[str, Any]) -> list[str]:
+    """One line per loop: state, queue depth and last error."""
+    lines = []
+    for name in LOOPS:
+        loop = status.get(name)
+        if not isinstance(loop, dict):
+            continue
+        state = loop.get("state") or ("failed" if loop.get("last_error") else "running")
+        depth = loop.get("queue_depth")
+        line = f"{name:<11} {state:<8}"
+        if depth is not None:
+            line += f" queue {depth}"
+        if loop.get("last_error"):
+            line += f"  last error: {short(loop['last_error'], 60)}"
+        lines.append(line)
+    return lines
+
+
+def counter_line(status: dict[str, Any]) -> str:
+    """Turns and samples by state, in one line."""
+    c = status.get("counts") or {}
+    return (
+        f"sessions {c.get('sessions', 0)} · turns {c.get('turns', 0)} · samples "
+        f"pending {c.get('samples_pending', 0)} / judged {c.get('samples_judged', 0)} / "
+        f"trained {c.get('samples_trained', 0)} / excluded {c.get('samples_excluded', 0)}"
+    )
+
+
+def endpoint_line(status: dict[str, Any]) -> str:
+    """Endpoint URL, key hint and served version."""
+    key = status.get("api_key_hint")
+    key_text = f"key {key} (clawrl-app api-key)" if key else "no key needed (loopback)"
+    version = (status.get("serving") or {}).get("version") or NONE
+    return f"{status.get('url') or NONE}  ·  {key_text}  ·  serving {version}"

@@ -1,0 +1,163 @@
+"""SVG snapshots of each screen (pytest-textual-snapshot, textual pinned in pyproject).
+
+These use `FixedClient`, a fake EngineClient with fixed data: snapshots must be
+byte-for-byte deterministic, which a live engine (timestamps, sampled answers) is not.
+The real app against a real engine is covered by tests/test_tui_pilot.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clawrl_app.tui.app import ClawrlApp
+
+T0 = 1_750_000_000.0
+TURNS = [
+    {"turn_id": 1, "idx": 0, "type": "main", "prompt": "Tell me about topic 0.",
+     "response": "Topic 0 is a long story that starts in the year 1900.", "version": "base",
+     "sample_state": "trained", "next_state": "No, that's too long.", "reward": -1.0,
+     "votes": [{"score": -1}, {"score": -1}, {"score": 1}], "user_rating": None,
+     "hint": "Answer in one sentence.", "trained_in": "v1"},
+    {"turn_id": 2, "idx": 1, "type": "main", "prompt": "No, that's too long.",
+     "response": "Topic 0 began in 1900.", "version": "base", "sample_state": "judged",
+     "next_state": "Thanks, perfect!", "reward": 1.0, "votes": [{"score": 1}] * 3,
+     "user_rating": 1, "hint": None, "trained_in": None},
+]  # fmt: skip
+
+
+class FixedClient:
+    """A fake EngineClient with fixed data (for deterministic snapshots only)."""
+
+    url = "http://127.0.0.1:30000/v1"
+    trainer_log: Path | None = None
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "api_key_hint": None,
+            "model": "SmolLM2-135M-Instruct",
+            "plan": "Backend:  torch\nServing:  cpu\nTrainer:  lora on cpu",
+            "serving": {"state": "running", "version": "v2"},
+            "collection": {"created": 4, "waiting": 0, "last_error": None, "queue_depth": 0},
+            "judging": {"judged": 4, "failed": 0, "last_error": None, "queue_depth": 1},
+            "training": {"state": "running", "last_error": None},
+            "publishing": {"published": 2, "last_error": None, "version": "v2"},
+            "counts": {"sessions": 2, "turns": 6, "samples_pending": 1, "samples_judged": 1,
+                       "samples_trained": 2},
+        }  # fmt: skip
+
+    def sessions(self, review_state: str | None = None) -> list[dict[str, Any]]:
+        rows = [
+            {"id": "chat-1", "source": "api", "created": T0 + 60, "closed": False, "turns": 1,
+             "mean_reward": None, "review_state": "pending"},
+            {"id": "train-0", "source": "api", "created": T0, "closed": True, "turns": 3,
+             "mean_reward": 0.0, "review_state": "approved"},
+        ]  # fmt: skip
+        return [r for r in rows if review_state in (None, r["review_state"])]
+
+    def session_detail(self, session_id: str) -> dict[str, Any] | None:
+        return {"id": session_id, "source": "api", "review_state": "approved", "closed": True,
+                "turns": TURNS if session_id == "train-0" else []}  # fmt: skip
+
+    def set_review(self, session_id: str, state: str) -> None:
+        pass
+
+    def rate(self, session_id: str, turn_id: int, rating: int, hint: str | None = None) -> None:
+        pass
+
+    def checkpoints(self) -> list[dict[str, Any]]:
+        return [
+            {"version": "v2", "parent": "v1", "step": 2, "created": T0 + 200,
+             "status": "published", "metrics": {"loss": 0.21, "reward/mean": 0.5, "kl": 0.001},
+             "sessions": ["train-0"], "served": True},
+            {"version": "v1", "parent": None, "step": 1, "created": T0 + 100,
+             "status": "published", "metrics": {"loss": 0.34, "reward/mean": 0.0, "kl": 0.0},
+             "sessions": ["train-0"], "served": False},
+        ]  # fmt: skip
+
+    def metrics(self, names: tuple[str, ...] = ()) -> dict[str, list[list[float]]]:
+        series = {"loss": [0.4, 0.34, 0.3, 0.21], "reward/mean": [-0.5, 0.0, 0.25, 0.5],
+                  "kl": [0.0, 0.001, 0.002, 0.001], "clip_frac": [0.0, 0.1, 0.05, 0.0]}  # fmt: skip
+        return {n: [[i + 1, v] for i, v in enumerate(series.get(n, []))] for n in names}
+
+    def rollback(self, version: str | None = None, before_session: str | None = None) -> Any:
+        return {"from": "v2", "to": version or "v1"}
+
+    def chat_stream(self, messages: list[dict[str, Any]], session_id: str) -> Iterator[str]:
+        yield from ["Hello", " there", "!"]
+
+    def subscribe(self, callback: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fixed time zone and chat session id, so the SVGs are the same on every machine."""
+    monkeypatch.setattr("clawrl_app.tui.screens.chat.new_chat_session_id", lambda: "chat-fixed")
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def app() -> ClawrlApp:
+    return ClawrlApp(FixedClient(), capture_logs=False)  # type: ignore[arg-type]
+
+
+SIZE = (140, 40)
+
+
+async def settle(pilot: Any, selector: str, check: Any) -> None:
+    """Wait (not sleep) until the widget at `selector` satisfies `check`, then let it draw."""
+    for _ in range(100):
+        if check(pilot.app.screen.query_one(selector)):
+            break
+        await pilot.pause(0.05)
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause(0.2)
+
+
+def test_dashboard(snap_compare: Any) -> None:
+    async def loaded(pilot: Any) -> None:
+        await settle(pilot, "#endpoint", lambda w: "serving v2" in str(w.render()))
+
+    assert snap_compare(app(), terminal_size=SIZE, run_before=loaded)
+
+
+def test_sessions(snap_compare: Any) -> None:
+    async def select(pilot: Any) -> None:
+        await pilot.press("2")
+        await settle(pilot, "#sessions", lambda t: t.row_count == 2)
+        await pilot.press("down")
+        await settle(pilot, "#turns", lambda t: t.row_count == 2)
+
+    assert snap_compare(app(), terminal_size=SIZE, run_before=select)
+
+
+def test_checkpoints_with_confirmation(snap_compare: Any) -> None:
+    async def confirm(pilot: Any) -> None:
+        await pilot.press("3")
+        await settle(pilot, "#checkpoints", lambda t: t.row_count == 3)
+        await pilot.press("down", "r")
+        await settle(pilot, "#dialog-text", lambda w: True)
+
+    assert snap_compare(app(), terminal_size=SIZE, run_before=confirm)
+
+
+def test_chat(snap_compare: Any) -> None:
+    async def chat(pilot: Any) -> None:
+        await pilot.press("4")
+        await pilot.click("#chat-input")
+        await pilot.press(*"hi", "enter")
+        await settle(pilot, "#chat-input", lambda w: len(pilot.app.screen.messages) == 2)
+
+    assert snap_compare(app(), terminal_size=SIZE, run_before=chat)
