@@ -54,6 +54,7 @@ def start(model_dir: Path, judge: str, max_tokens: int, events: list[Any]) -> En
         "CLAWRL_MODEL__PATH": str(model_dir),
         "CLAWRL_SERVER__PORT": "0",
         "CLAWRL_JUDGE__BACKEND": judge,
+        "CLAWRL_TRAIN__ENABLED": "false",
         "CLAWRL_JUDGE__MAX_TOKENS": str(max_tokens),
     }
     home = tempfile.mkdtemp(prefix="clawrl-bench-judge-")

@@ -7,7 +7,6 @@ and keeps a small status snapshot of every loop for the UI.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -321,19 +320,18 @@ class Engine:
         self._ready = False
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._tasks:
+            await _bounded("loops", asyncio.gather(*self._tasks, return_exceptions=True))
         self._tasks.clear()
         if self._scheduler is not None:
             self._scheduler.shutdown(wait=False)
             self._scheduler = None
         if self.trainer is not None:
-            await self.trainer.stop()
+            await _bounded("trainer", self.trainer.stop())
         if self.http is not None:
-            await self.http.stop()
+            await _bounded("endpoint", self.http.stop())
         if self.backend is not None:
-            await self.backend.stop()
+            await _bounded("backend", self.backend.stop())
         if self._event_log is not None:
             self._event_log.close()
             self._event_log = None
@@ -442,3 +440,13 @@ class Engine:
             if "collection" in out:
                 out["collection"]["queue_depth"] = out["collection"]["waiting"]
         return out
+
+
+async def _bounded(stage: str, awaitable: Any, timeout_s: float = 30.0) -> None:
+    """Await one shutdown stage; a stage that hangs is logged and skipped, never blocks exit."""
+    try:
+        await asyncio.wait_for(awaitable, timeout_s)
+    except asyncio.TimeoutError:
+        log.warning("stopping the %s took over %.0f s; continuing shutdown", stage, timeout_s)
+    except asyncio.CancelledError:
+        pass
