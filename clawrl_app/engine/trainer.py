@@ -11,6 +11,7 @@ twice.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -355,8 +356,18 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     cfg = TrainerConfig(**json.loads(Path(args.config).read_text()))
+    if cfg.device == "cpu":
+        share_cpu_with_serving()
     Trainer(cfg).run()
     return 0
+
+
+def share_cpu_with_serving() -> None:
+    """On a CPU-only machine the trainer and the endpoint share the cores: the trainer runs
+    at low priority on half of them so chat answers stay responsive during a step."""
+    with contextlib.suppress(OSError):
+        os.nice(10)
+    torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
 
 
 if __name__ == "__main__":
