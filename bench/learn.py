@@ -1,0 +1,832 @@
+"""Learning benchmark on the embedded model (CPU): does the app learn a user's preference?
+
+A scripted, deterministic simulated user wants every answer in ONE short sentence. Code
+checks it (`complies`): at most 20 words, at most one sentence terminator, no line break.
+For each training method (`rl`, `opd`, `combine`), on a fresh engine home:
+
+1. Compliance before training on held-out prompts (greedy, side turns: never trained on),
+   plus a general-quality check scored by code (does the answer still contain the fact?).
+2. Feedback loop: each training prompt is a main turn in a new session (temperature 1.0,
+   on-policy sampling); the simulated user then replies in the same session (the next main
+   request, `X-Session-Done: 1`): "Thanks, that's perfect!" when the answer complies, else
+   a correction that states the preference ("No, that's too long. Answer in one short
+   sentence."). The heuristic judge turns that into reward -1 with the user's corrective
+   words as the OPD hint; thanks -> +1.
+3. Every `--eval-every` feedback turns: wait until the trainer has consumed every usable
+   eligible sample and the newest checkpoint is served, then measure held-out compliance
+   and general quality again.
+4. Latency: 16-token chat probes with the trainer idle (before any training, and between
+   steps) vs while the trainer process is busy in a step (its CPU use during the probe,
+   read from /proc via psutil); and checkpoint-to-first-answer: from a checkpoint's
+   registration (`CheckpointRow.created`) to the first answer whose `model` field names
+   that version (1-token probes in a tight loop once the checkpoint is noticed).
+
+Results are printed as markdown and appended to `bench/results/learn.md` (with the
+command line and date); the raw numbers go to `bench/results/learn-<timestamp>.json`.
+
+Run: `CLAWRL_HOME=/tmp/clawrl-dev HF_HUB_OFFLINE=1 .venv/bin/python bench/learn.py
+      [--methods rl,opd,combine] [--turns 32] [--eval-every 8] [--lr 1e-4] [--batch-size 4]`
+(`CLAWRL_HOME` only locates the converted embedded model; each method gets a fresh home.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shlex
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from clawrl_app.config import load_settings  # noqa: E402
+from clawrl_app.engine.engine_thread import EngineThread  # noqa: E402
+from clawrl_app.engine.events import PolicyPublished  # noqa: E402
+from clawrl_app.models import resolve_model  # noqa: E402
+from clawrl_app.paths import app_paths  # noqa: E402
+
+# --- the simulated user ---------------------------------------------------------------------
+
+MAX_WORDS = 20
+_TERMINATOR_RE = re.compile(r"[.!?]+(?=[\s\"')\]]|$)")
+
+
+def complies(text: str) -> bool:
+    """The preference, checked by code: the answer is ONE short sentence.
+
+    - not empty;
+    - at most `MAX_WORDS` (20) whitespace-separated words;
+    - no line break inside the answer (a list or a second paragraph is not one sentence);
+    - at most one sentence terminator: a run of `.`, `!` or `?` followed by whitespace, a
+      closing quote/bracket or the end ("..." counts once; "3.14" or "e.g" mid-word do not).
+    """
+    t = text.strip()
+    if not t or "\n" in t:
+        return False
+    if len(t.split()) > MAX_WORDS:
+        return False
+    return len(_TERMINATOR_RE.findall(t)) <= 1
+
+
+THANKS = "Thanks, that's perfect!"
+TOO_LONG = "No, that's too long. Answer in one short sentence."
+TOO_MANY = "No, that's more than one sentence. Answer in one short sentence."
+
+
+def reaction(text: str) -> str:
+    """The simulated user's reply to an answer: thanks, or a correction stating the preference."""
+    if complies(text):
+        return THANKS
+    t = text.strip()
+    return TOO_LONG if (len(t.split()) > MAX_WORDS or not t) else TOO_MANY
+
+
+# Training prompts: short everyday questions, a mix of one-fact questions (the base model
+# often answers those in one sentence) and "explain" questions (it rarely does).
+TRAIN_PROMPTS = [
+    "What is photosynthesis?",
+    "Why is the sky blue?",
+    "What does a compiler do?",
+    "What is gravity?",
+    "What is the capital of Japan?",
+    "How do vaccines work?",
+    "What is a black hole?",
+    "Who wrote Romeo and Juliet?",
+    "What is machine learning?",
+    "Why do leaves change colour in autumn?",
+    "What is the boiling point of water?",
+    "What causes earthquakes?",
+    "What is democracy?",
+    "What is a prime number?",
+    "How does a rainbow form?",
+    "What do bees make?",
+    "What is DNA?",
+    "Why do we have seasons?",
+    "What language is spoken in Brazil?",
+    "What is a volcano?",
+    "What does the heart do?",
+    "What is recycling?",
+    "How many continents are there?",
+    "What is a noun?",
+    "What is the internet?",
+    "Who painted the Mona Lisa?",
+    "What is an atom?",
+    "What is inflation?",
+    "How do airplanes fly?",
+    "What is the largest ocean?",
+    "What is a computer virus?",
+    "Why do cats purr?",
+    "What is electricity?",
+    "What is the moon made of?",
+    "How do plants drink water?",
+    "What is a galaxy?",
+]
+
+# Held-out prompts: the same kind of questions, none of them trained on.
+HELDOUT_PROMPTS = [
+    "What is a tornado?",
+    "What is the capital of Italy?",
+    "How does the stomach digest food?",
+    "What is climate change?",
+    "Who invented the telephone?",
+    "What is a rainforest?",
+    "Why do birds migrate?",
+    "What is an earthquake scale?",
+    "What is a battery?",
+    "How do magnets work?",
+    "What is a desert?",
+    "What is a hurricane?",
+]
+
+# General quality: unrelated questions whose answer must contain a fact (regex, case-insensitive).
+QUALITY_PROMPTS: list[tuple[str, str]] = [
+    ("What is the capital of France?", r"\bparis\b"),
+    ("What is 2+3?", r"\b5\b|\bfive\b"),
+    ("How many legs does a spider have?", r"\b8\b|\beight\b"),
+    ("What colour is the sky on a clear day?", r"\bblue\b"),
+    ("What is the opposite of hot?", r"\bcold\b"),
+    ("Which planet do we live on?", r"\bearth\b"),
+]
+
+LATENCY_PROMPT = "Tell me about the weather in spring."
+LATENCY_TOKENS = 16
+
+# --- driving the engine ---------------------------------------------------------------------
+
+
+def post_chat(
+    client: httpx.Client,
+    url: str,
+    messages: list[dict[str, Any]],
+    *,
+    max_tokens: int,
+    temperature: float,
+    headers: dict[str, str],
+    seed: int | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": "clawrl",
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+    }
+    if seed is not None:
+        body["seed"] = seed
+    for _ in range(20):
+        r = client.post(f"{url}/chat/completions", headers=headers, json=body)
+        if r.status_code == 503:  # queue full: the endpoint says when to retry
+            time.sleep(float(r.headers.get("Retry-After", "1")))
+            continue
+        r.raise_for_status()
+        return dict(r.json())
+    raise RuntimeError("endpoint kept answering 503")
+
+
+SIDE = {"X-Turn-Type": "side"}
+
+
+def _ask(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    with httpx.Client(timeout=600) as client:
+        return post_chat(
+            client,
+            url,
+            [{"role": "user", "content": prompt}],
+            max_tokens=max_tokens,
+            temperature=0.0,
+            headers=SIDE,
+        )
+
+
+def evaluate(url: str, max_tokens: int, workers: int) -> dict[str, Any]:
+    """Held-out compliance and general quality: greedy side turns, `workers` at a time (the
+    backend decodes concurrent requests in one batch)."""
+    prompts = HELDOUT_PROMPTS + [p for p, _ in QUALITY_PROMPTS]
+    t0 = time.time()
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        answers = list(pool.map(lambda p: _ask(url, p, max_tokens), prompts))
+    held, qual = [], []
+    for p, j in zip(HELDOUT_PROMPTS, answers, strict=False):
+        text = j["choices"][0]["message"]["content"] or ""
+        held.append({"prompt": p, "answer": text, "ok": complies(text), "model": j["model"]})
+    for (p, pattern), j in zip(QUALITY_PROMPTS, answers[len(HELDOUT_PROMPTS) :], strict=True):
+        text = j["choices"][0]["message"]["content"] or ""
+        ok = re.search(pattern, text, re.IGNORECASE) is not None
+        qual.append({"prompt": p, "answer": text, "ok": ok, "model": j["model"]})
+    return {
+        "compliance": sum(h["ok"] for h in held) / len(held),
+        "quality": sum(q["ok"] for q in qual) / len(qual),
+        "models": sorted({h["model"] for h in held} | {q["model"] for q in qual}),
+        "eval_s": time.time() - t0,
+        "heldout": held,
+        "general": qual,
+    }
+
+
+class TrainerCPU:
+    """CPU seconds used by the trainer process tree (the `accelerate launch` child)."""
+
+    def __init__(self, et: EngineThread) -> None:
+        self.et = et
+
+    def _procs(self) -> list[psutil.Process]:
+        tr = self.et.engine.trainer
+        pid = tr.pid if tr is not None else None
+        if pid is None:
+            return []
+        try:
+            root = psutil.Process(pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def seconds(self) -> float:
+        total = 0.0
+        for p in self._procs():
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system
+        return total
+
+
+@dataclass
+class Probe:
+    t0: float
+    t1: float
+    latency_s: float
+    tokens: int
+    trainer_cores: float  # trainer CPU seconds / wall seconds during the probe
+    phase: str  # "before" (no training yet) or "loop"
+
+
+def latency_probe(client: httpx.Client, url: str, cpu: TrainerCPU, phase: str) -> Probe:
+    c0, t0 = cpu.seconds(), time.time()
+    j = post_chat(
+        client,
+        url,
+        [{"role": "user", "content": LATENCY_PROMPT}],
+        max_tokens=LATENCY_TOKENS,
+        temperature=0.0,
+        headers=SIDE,
+    )
+    t1, c1 = time.time(), cpu.seconds()
+    return Probe(
+        t0, t1, t1 - t0, int(j["usage"]["completion_tokens"]), (c1 - c0) / (t1 - t0), phase
+    )
+
+
+@dataclass
+class FirstAnswer:
+    version: str
+    created: float
+    published_at: float | None = None  # PolicyPublished event seen by the engine
+    first_answer_at: float | None = None
+    probes: int = 0
+    outcome: str = "pending"  # served | superseded | refused | timeout
+
+    @property
+    def seconds(self) -> float | None:
+        return None if self.first_answer_at is None else self.first_answer_at - self.created
+
+
+class CheckpointWatcher(threading.Thread):
+    """Notices each new checkpoint and probes the endpoint until an answer names it."""
+
+    def __init__(self, et: EngineThread, timeout_s: float = 120.0) -> None:
+        super().__init__(name="ckpt-watcher", daemon=True)
+        self.et = et
+        self.timeout_s = timeout_s
+        self.results: dict[str, FirstAnswer] = {}
+        self.published: dict[str, float] = {}
+        self._halt = threading.Event()
+
+    def on_event(self, ev: Any) -> None:
+        if isinstance(ev, PolicyPublished):
+            self.published.setdefault(ev.version, time.time())
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(30)
+
+    def busy(self) -> bool:
+        return any(r.outcome == "pending" for r in self.results.values())
+
+    def run(self) -> None:
+        store = self.et.engine.store
+        assert store is not None
+        with httpx.Client(timeout=120) as client:
+            while not self._halt.is_set():
+                rows = [c for c in store.list_checkpoints() if c.version not in self.results]
+                if not rows:
+                    time.sleep(0.02)
+                    continue
+                row = max(rows, key=lambda c: c.created)
+                for c in rows:  # older ones noticed together with a newer one
+                    self.results[c.version] = FirstAnswer(c.version, c.created)
+                    if c is not row:
+                        self.results[c.version].outcome = "superseded"
+                self._chase(client, store, self.results[row.version])
+
+    def _chase(self, client: httpx.Client, store: Any, fa: FirstAnswer) -> None:
+        want = f"clawrl-{fa.version}"
+        noticed = time.time()
+        deadline = time.time() + self.timeout_s
+        while not self._halt.is_set() and time.time() < deadline:
+            j = post_chat(
+                client,
+                self.et.url,
+                [{"role": "user", "content": "Hi"}],
+                max_tokens=1,
+                temperature=0.0,
+                headers=SIDE,
+            )
+            fa.probes += 1
+            if j["model"] != want:
+                time.sleep(0.1)  # 1-token probes ~10/s: enough resolution, little load
+            if j["model"] == want:
+                fa.first_answer_at = time.time()
+                fa.outcome = "served"
+                break
+            row = store.get_checkpoint(fa.version)
+            if row is not None and row.status == "refused":
+                fa.outcome = "refused"
+                break
+            if any(c.created > fa.created for c in store.list_checkpoints()):
+                fa.outcome = "superseded"
+                break
+        else:
+            if fa.outcome == "pending":
+                fa.outcome = "timeout"
+        fa.published_at = self.published.get(fa.version)
+        print(
+            f"  [ckpt] {fa.version}: {fa.outcome} "
+            f"{'' if fa.seconds is None else f'{fa.seconds:.2f}s after registration '}"
+            f"({fa.probes} probes, noticed {noticed - fa.created:.2f}s after)",
+            flush=True,
+        )
+
+
+def usable(store: Any, method: str) -> int:
+    """Eligible judged samples the trainer could still use under `method` (train_data rules)."""
+    n = 0
+    for s in store.trainable_samples(10_000):
+        j = store.get_judgment(s.id)
+        if j is None:
+            continue
+        has_rl = method in ("rl", "combine") and j.score != 0
+        has_opd = method in ("opd", "combine") and j.teacher_logprobs is not None
+        n += int(has_rl or has_opd)
+    return n
+
+
+def settle(
+    et: EngineThread,
+    method: str,
+    batch_size: int,
+    client: httpx.Client,
+    cpu: TrainerCPU,
+    watcher: CheckpointWatcher,
+    probes: list[Probe],
+    timeout_s: float,
+    probe_every: float,
+) -> dict[str, Any]:
+    """Wait until collection and judging caught up, the trainer consumed every usable
+    eligible sample, and the newest checkpoint is served; latency probes meanwhile."""
+    store, backend = et.engine.store, et.engine.backend
+    assert store is not None and backend is not None
+    t0 = time.time()
+    while True:
+        st = store.session_stats()
+        caught_up = st["samples"] >= st["turns_main"] and st.get("samples_pending", 0) == 0
+        left = usable(store, method) if caught_up else None
+        ckpts = store.list_checkpoints()
+        newest = max(ckpts, key=lambda c: c.created) if ckpts else None
+        served = (
+            newest is None or backend.active_version == newest.version or newest.status == "refused"
+        )
+        if caught_up and left is not None and left < batch_size and served and not watcher.busy():
+            return {"waited_s": time.time() - t0, "leftover": left, "timed_out": False}
+        if time.time() - t0 > timeout_s:
+            return {"waited_s": time.time() - t0, "leftover": left, "timed_out": True}
+        probes.append(latency_probe(client, et.url, cpu, "loop"))
+        time.sleep(probe_every)
+
+
+def trace_backend(et: EngineThread) -> None:
+    """Diagnostics (`--trace`): print when the backend starts/ends adapter loads and scoring."""
+    b = et.engine.backend
+    for name in ("load_adapter", "score", "activate"):
+        orig = getattr(b, name)
+
+        def wrap(orig: Any = orig, name: str = name) -> Any:
+            async def traced(*a: Any, **k: Any) -> Any:
+                t0 = time.time()
+                try:
+                    return await orig(*a, **k)
+                finally:
+                    print(f"  [trace] {name} {t0:.2f} -> {time.time():.2f}", flush=True)
+
+            return traced
+
+        setattr(b, name, wrap())
+
+
+def run_method(method: str, args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
+    env = {
+        "CLAWRL_MODEL__PATH": str(model_dir),
+        "CLAWRL_SERVER__PORT": "0",
+        "CLAWRL_TRAIN__METHOD": method,
+        "CLAWRL_TRAIN__BATCH_SIZE": str(args.batch_size),
+        "CLAWRL_TRAIN__LR": str(args.lr),
+        "CLAWRL_TRAIN__LORA_RANK": str(args.lora_rank),
+        "CLAWRL_REVIEW__GRACE_S": "0",
+        "CLAWRL_JUDGE__BACKEND": "heuristic",
+    }
+    home = tempfile.mkdtemp(prefix=f"clawrl-learn-{method}-")
+    events: list[Any] = []
+    watcher_ref: list[CheckpointWatcher] = []
+
+    def sink(ev: Any) -> None:
+        events.append(ev)
+        if watcher_ref:
+            watcher_ref[0].on_event(ev)
+
+    t_start = time.time()
+    load_start = os.getloadavg()
+    et = EngineThread(load_settings(env=env).settings, app_paths(home), events=sink).start()
+    store = et.engine.store
+    assert store is not None
+    cpu = TrainerCPU(et)
+    if args.trace:
+        trace_backend(et)
+    watcher = CheckpointWatcher(et)
+    watcher_ref.append(watcher)
+    probes: list[Probe] = []
+    evals: list[dict[str, Any]] = []
+    turns: list[dict[str, Any]] = []
+    settles: list[dict[str, Any]] = []
+    try:
+        with httpx.Client(timeout=300) as client:
+            print(f"[{method}] engine up at {et.url} (home {home})", flush=True)
+            for _ in range(args.latency_probes):
+                probes.append(latency_probe(client, et.url, cpu, "before"))
+            ev = evaluate(et.url, args.max_tokens, args.eval_workers)
+            ev["after_turns"] = 0
+            evals.append(ev)
+            print(
+                f"[{method}] before: compliance {ev['compliance']:.2f} quality {ev['quality']:.2f}",
+                flush=True,
+            )
+            watcher.start()
+            for i in range(args.turns):
+                prompt = TRAIN_PROMPTS[i % len(TRAIN_PROMPTS)]
+                sid = f"learn-{method}-{i:03d}-{uuid.uuid4().hex[:8]}"
+                msgs = [{"role": "user", "content": prompt}]
+                j = post_chat(
+                    client,
+                    et.url,
+                    msgs,
+                    max_tokens=args.max_tokens,
+                    temperature=1.0,
+                    headers={"X-Session-Id": sid},
+                    seed=args.seed + i,
+                )
+                answer = j["choices"][0]["message"]["content"] or ""
+                ok = complies(answer)
+                reply = reaction(answer)
+                msgs += [
+                    {"role": "assistant", "content": answer},
+                    {"role": "user", "content": reply},
+                ]
+                post_chat(
+                    client,
+                    et.url,
+                    msgs,
+                    max_tokens=8,
+                    temperature=0.0,
+                    headers={"X-Session-Id": sid, "X-Session-Done": "1"},
+                )
+                turns.append(
+                    {"i": i, "prompt": prompt, "answer": answer, "ok": ok, "model": j["model"]}
+                )
+                print(
+                    f"[{method}] turn {i + 1:3d} {j['model']:>12} {'OK ' if ok else 'NO '}"
+                    f"{answer[:70]!r}",
+                    flush=True,
+                )
+                if (i + 1) % args.eval_every == 0 or i + 1 == args.turns:
+                    s = settle(
+                        et,
+                        method,
+                        args.batch_size,
+                        client,
+                        cpu,
+                        watcher,
+                        probes,
+                        args.settle_s,
+                        args.probe_every,
+                    )
+                    s["after_turns"] = i + 1
+                    settles.append(s)
+                    ev = evaluate(et.url, args.max_tokens, args.eval_workers)
+                    ev["after_turns"] = i + 1
+                    ev["steps"] = len(store.list_checkpoints())
+                    evals.append(ev)
+                    print(
+                        f"[{method}] after {i + 1} turns ({ev['steps']} steps, served "
+                        f"{ev['models']}, waited {s['waited_s']:.0f}s"
+                        f"{' TIMEOUT' if s['timed_out'] else ''}): compliance "
+                        f"{ev['compliance']:.2f} quality {ev['quality']:.2f}",
+                        flush=True,
+                    )
+        watcher.stop()
+        ckpts = store.list_checkpoints()
+        metrics: dict[str, list[float]] = {}
+        for name in (
+            "loss",
+            "pg_loss",
+            "samples/rl",
+            "samples/opd",
+            "samples/both",
+            "reward/mean",
+            "adv/mean",
+            "clip_frac",
+            "ratio_mean",
+            "optim/grad_norm",
+            "time/step_s",
+            "tokens",
+        ):
+            metrics[name] = [m.value for m in store.metrics(name)]
+        skipped: dict[str, int] = {}
+        states: dict[str, int] = {}
+        hints = 0
+        for sess in store.list_sessions(limit=10_000):
+            if not sess.id.startswith("learn-"):
+                continue
+            for smp in store.samples_for_session(sess.id):
+                states[smp.state] = states.get(smp.state, 0) + 1
+                if (
+                    smp.state == "skipped"
+                    and smp.skip_reason
+                    and "no next state" not in (smp.skip_reason)
+                ):
+                    key = smp.skip_reason.split(":")[0]
+                    skipped[key] = skipped.get(key, 0) + 1
+                j = store.get_judgment(smp.id)
+                if j is not None and j.teacher_logprobs is not None:
+                    hints += 1
+        trainer_log = Path(home) / "logs" / "trainer.log"
+        log_tail = trainer_log.read_text(errors="replace")[-3000:] if trainer_log.exists() else ""
+        return {
+            "method": method,
+            "home": home,
+            "wall_s": time.time() - t_start,
+            "loadavg_start": load_start,
+            "loadavg_end": os.getloadavg(),
+            "evals": evals,
+            "turns": turns,
+            "settles": settles,
+            "checkpoints": [
+                {
+                    "version": c.version,
+                    "step": c.step,
+                    "created": c.created,
+                    "status": c.status,
+                    "metrics": c.metrics,
+                }
+                for c in ckpts
+            ],
+            "first_answer": [
+                {
+                    "version": fa.version,
+                    "outcome": fa.outcome,
+                    "seconds": fa.seconds,
+                    "publish_s": None if fa.published_at is None else fa.published_at - fa.created,
+                    "probes": fa.probes,
+                }
+                for fa in watcher.results.values()
+            ],
+            "probes": [p.__dict__ for p in probes],
+            "metrics": metrics,
+            "sample_states": states,
+            "skip_reasons": skipped,
+            "samples_with_teacher": hints,
+            "training_status": et.engine.status().get("training"),
+            "trainer_log_tail": log_tail,
+        }
+    finally:
+        with contextlib.suppress(Exception):
+            watcher.stop()
+        et.stop()
+
+
+# --- report ---------------------------------------------------------------------------------
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _fmt(x: float | None, spec: str = ".2f", unit: str = "") -> str:
+    return "n/a" if x is None else f"{x:{spec}}{unit}"
+
+
+def latency_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    probes = [p for r in runs for p in r["probes"]]
+    before = [p for p in probes if p["phase"] == "before"]
+    loop = [p for p in probes if p["phase"] == "loop"]
+    busy = [p for p in loop if p["trainer_cores"] >= 0.5]
+    idle = [p for p in loop if p["trainer_cores"] < 0.05]
+
+    def stats(ps: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "n": len(ps),
+            "p50_ms": None if not ps else 1000 * statistics.median(p["latency_s"] for p in ps),
+            "ms_per_token": None
+            if not ps
+            else 1000 * statistics.median(p["latency_s"] / max(p["tokens"], 1) for p in ps),
+        }
+
+    fa = [f["seconds"] for r in runs for f in r["first_answer"] if f["outcome"] == "served"]
+    pub = [f["publish_s"] for r in runs for f in r["first_answer"] if f["publish_s"] is not None]
+    return {
+        "before": stats(before),
+        "idle_between_steps": stats(idle),
+        "training": stats(busy),
+        "first_answer_s": {
+            "n": len(fa),
+            "p50": _median(fa),
+            "max": max(fa) if fa else None,
+            "min": min(fa) if fa else None,
+        },
+        "publish_s": {"n": len(pub), "p50": _median(pub)},
+        "outcomes": {
+            o: sum(f["outcome"] == o for r in runs for f in r["first_answer"])
+            for o in ("served", "superseded", "refused", "timeout", "pending")
+        },
+    }
+
+
+def report(runs: list[dict[str, Any]], args: argparse.Namespace, cmd: str, date: str) -> str:
+    evs = runs[0]["evals"]
+    cols = [e["after_turns"] for e in evs[1:]]
+    lines = [
+        f"## Run {date}",
+        "",
+        f"Command: `{cmd}`",
+        "",
+        f"Settings: turns {args.turns}, eval every {args.eval_every}, lr {args.lr}, "
+        f"batch {args.batch_size}, LoRA rank {args.lora_rank}, max_tokens {args.max_tokens}, "
+        f"seed {args.seed}, threads {args.threads or 'default'}; "
+        f"{len(TRAIN_PROMPTS)} training prompts, "
+        f"{len(HELDOUT_PROMPTS)} held-out, {len(QUALITY_PROMPTS)} quality prompts."
+        + (f" Note: {args.note}" if args.note else ""),
+        "",
+        "Held-out compliance (greedy, one short sentence), general quality and training:",
+        "",
+        "| method | before | "
+        + " | ".join(f"after {c}" for c in cols)
+        + " | quality before | quality after | steps | on-policy compliance per block "
+        "| samples rl/opd/both | wall |",
+        "|---|---|" + "---|" * len(cols) + "---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        ev = r["evals"]
+        blocks = []
+        for k in range(0, len(r["turns"]), args.eval_every):
+            blk = r["turns"][k : k + args.eval_every]
+            blocks.append(f"{sum(t['ok'] for t in blk)}/{len(blk)}")
+        m = r["metrics"]
+        lines.append(
+            f"| {r['method']} | {ev[0]['compliance']:.2f} | "
+            + " | ".join(f"{e['compliance']:.2f}" for e in ev[1:])
+            + f" | {ev[0]['quality']:.2f} | {ev[-1]['quality']:.2f} | {len(r['checkpoints'])} | "
+            f"{' '.join(blocks)} | {sum(m['samples/rl']):.0f}/{sum(m['samples/opd']):.0f}/"
+            f"{sum(m['samples/both']):.0f} | {r['wall_s'] / 60:.1f} min (load "
+            f"{r['loadavg_start'][0]:.1f} -> {r['loadavg_end'][0]:.1f}) |"
+        )
+    lines += ["", "Per step (loss, reward mean, grad norm, step time):", ""]
+    for r in runs:
+        m = r["metrics"]
+        steps = [
+            f"{lo:+.3f}/{rw:+.2f}/{g:.2f}/{ts:.0f}s"
+            for lo, rw, g, ts in zip(
+                m["loss"], m["reward/mean"], m["optim/grad_norm"], m["time/step_s"], strict=False
+            )
+        ]
+        lines.append(
+            f"- {r['method']}: {', '.join(steps) or 'no steps'}; sample states "
+            f"{r['sample_states']}; skips {r['skip_reasons'] or 'none'}; samples with teacher "
+            f"log-probs {r['samples_with_teacher']}"
+        )
+    lat = latency_summary(runs)
+    lines += [
+        "",
+        f"Chat latency, {LATENCY_TOKENS}-token greedy answer (median; all methods pooled):",
+        "",
+        "| trainer | probes | p50 latency | p50 ms/token |",
+        "|---|---|---|---|",
+    ]
+    for key, label in (
+        ("before", "idle, before any training"),
+        ("idle_between_steps", "idle, between steps (< 0.05 core)"),
+        ("training", "in a step (>= 0.5 core)"),
+    ):
+        s = lat[key]
+        lines.append(
+            f"| {label} | {s['n']} | {_fmt(s['p50_ms'], '.0f', ' ms')} | "
+            f"{_fmt(s['ms_per_token'], '.1f')} |"
+        )
+    fa = lat["first_answer_s"]
+    lines += [
+        "",
+        f"Checkpoint-to-first-answer (registration -> first answer naming the version): "
+        f"median {_fmt(fa['p50'], '.2f', ' s')}, min {_fmt(fa['min'], '.2f', ' s')}, "
+        f"max {_fmt(fa['max'], '.2f', ' s')} over {fa['n']} checkpoints; "
+        f"registration -> PolicyPublished median {_fmt(lat['publish_s']['p50'], '.2f', ' s')}; "
+        f"outcomes {lat['outcomes']}.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    # SIGTERM -> SystemExit, so `finally: et.stop()` also stops the trainer process
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--methods", default="rl,opd,combine", help="comma-separated")
+    ap.add_argument("--turns", type=int, default=32, help="feedback turns per method")
+    ap.add_argument("--eval-every", type=int, default=8, help="evaluate after every K turns")
+    ap.add_argument("--lr", type=float, default=1e-4, help="trainer learning rate")
+    ap.add_argument("--batch-size", type=int, default=4, help="samples per optimizer step")
+    ap.add_argument("--lora-rank", type=int, default=16)
+    ap.add_argument("--max-tokens", type=int, default=48, help="answer budget (train and eval)")
+    ap.add_argument("--seed", type=int, default=1000, help="sampling seed of turn 0")
+    ap.add_argument("--latency-probes", type=int, default=5, help="idle probes before training")
+    ap.add_argument("--settle-s", type=float, default=600, help="longest wait for the trainer")
+    ap.add_argument("--eval-workers", type=int, default=6, help="concurrent eval requests")
+    ap.add_argument("--probe-every", type=float, default=3.0, help="latency probe spacing (s)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch/OpenMP threads for serving and the trainer (0 = leave the defaults)",
+    )
+    ap.add_argument("--trace", action="store_true", help="print backend publish/score timings")
+    ap.add_argument("--note", default="", help="free text recorded with the results")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "learn.md"))
+    args = ap.parse_args()
+    if args.threads > 0:  # serving (this process) and the trainer process (inherits the env)
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
+        torch.set_num_threads(args.threads)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    for m in methods:
+        if m not in ("rl", "opd", "combine"):
+            ap.error(f"unknown method {m!r}")
+    cmd = "CLAWRL_HOME=/tmp/clawrl-dev HF_HUB_OFFLINE=1 .venv/bin/python " + " ".join(
+        shlex.quote(a) for a in ["bench/learn.py", *sys.argv[1:]]
+    )
+    date = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    model = resolve_model(None, app_paths())
+    runs = [run_method(m, args, model.path) for m in methods]
+    text = report(runs, args, cmd, date)
+    print("\n" + text)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.exists():
+        out.write_text(
+            "# Learning benchmark (bench/learn.py)\n\n"
+            "Simulated user who wants ONE short sentence (<= 20 words, <= 1 terminator); "
+            "see the module docstring of bench/learn.py. Each run appends a section.\n\n"
+        )
+    with out.open("a") as f:
+        f.write(text + "\n")
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    raw = out.parent / f"learn-{stamp}.json"
+    raw.write_text(
+        json.dumps({"command": cmd, "date": date, "args": vars(args), "runs": runs}, indent=1)
+    )
+    print(f"\nappended to {out}; raw numbers in {raw}")
+
+
+if __name__ == "__main__":
+    main()
