@@ -257,6 +257,17 @@ class TrainerCPU:
         except psutil.Error:
             return []
 
+    def wait_idle(self, timeout_s: float = 300.0) -> float:
+        """Wait until the trainer process has started up and idles (< 0.05 core over 1 s,
+        i.e. it only polls the store); returns the seconds waited."""
+        t0 = time.time()
+        while time.time() - t0 < timeout_s:
+            c0 = self.seconds()
+            time.sleep(1.0)
+            if self._procs() and self.seconds() - c0 < 0.05:
+                break
+        return time.time() - t0
+
     def seconds(self) -> float:
         total = 0.0
         for p in self._procs():
@@ -448,6 +459,43 @@ def trace_backend(et: EngineThread) -> None:
         setattr(b, name, wrap())
 
 
+def stop_signal(et: EngineThread, sessions: list[str]) -> dict[str, Any]:
+    """Where the OPD teacher pushes: the token advantage A = log pi_teacher - log pi_old at
+    the first token after the answer's first sentence (the "go on" decision the user
+    objects to) vs. on every other token, over the hinted training samples."""
+    store, fmt = et.engine.store, et.engine.service.formatter  # type: ignore[union-attr]
+    at_stop: list[float] = []
+    other: list[float] = []
+    for sid in sessions:
+        for smp in store.samples_for_session(sid):  # type: ignore[union-attr]
+            j = store.get_judgment(smp.id)  # type: ignore[union-attr]
+            turn = store.get_turn(smp.turn_id)  # type: ignore[union-attr]
+            if j is None or turn is None or j.teacher_logprobs is None:
+                continue
+            ids = turn.response_ids
+            adv = [t - o for t, o in zip(j.teacher_logprobs, turn.logprobs, strict=True)]
+            k = next(
+                (
+                    i + 1
+                    for i in range(len(ids))
+                    if re.search(r"[.!?][\"')\]]?\s*$", fmt.decode(ids[: i + 1]))
+                ),
+                None,
+            )
+            if k is None or k >= len(ids):
+                continue
+            at_stop.append(adv[k])
+            other += adv[:k] + adv[k + 1 :]
+    return {
+        "n": len(at_stop),
+        "stop_median": _median(at_stop),
+        "stop_negative": sum(a < 0 for a in at_stop),
+        "other_mean": statistics.fmean(other) if other else None,
+        "other_mean_abs": statistics.fmean(abs(a) for a in other) if other else None,
+        "other_tokens": len(other),
+    }
+
+
 def run_method(method: str, args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
     env = {
         "CLAWRL_MODEL__PATH": str(model_dir),
@@ -485,6 +533,8 @@ def run_method(method: str, args: argparse.Namespace, model_dir: Path) -> dict[s
     try:
         with httpx.Client(timeout=300) as client:
             print(f"[{method}] engine up at {et.url} (home {home})", flush=True)
+            trainer_start_s = cpu.wait_idle()
+            print(f"[{method}] trainer idle after {trainer_start_s:.0f}s", flush=True)
             for _ in range(args.latency_probes):
                 probes.append(latency_probe(client, et.url, cpu, "before"))
             ev = evaluate(et.url, args.max_tokens, args.eval_workers)
@@ -499,6 +549,7 @@ def run_method(method: str, args: argparse.Namespace, model_dir: Path) -> dict[s
                 prompt = TRAIN_PROMPTS[i % len(TRAIN_PROMPTS)]
                 sid = f"learn-{method}-{i:03d}-{uuid.uuid4().hex[:8]}"
                 msgs = [{"role": "user", "content": prompt}]
+                c0, t0 = cpu.seconds(), time.time()
                 j = post_chat(
                     client,
                     et.url,
@@ -508,6 +559,7 @@ def run_method(method: str, args: argparse.Namespace, model_dir: Path) -> dict[s
                     headers={"X-Session-Id": sid},
                     seed=args.seed + i,
                 )
+                t1, c1 = time.time(), cpu.seconds()
                 answer = j["choices"][0]["message"]["content"] or ""
                 ok = complies(answer)
                 reply = reaction(answer)
@@ -524,7 +576,17 @@ def run_method(method: str, args: argparse.Namespace, model_dir: Path) -> dict[s
                     headers={"X-Session-Id": sid, "X-Session-Done": "1"},
                 )
                 turns.append(
-                    {"i": i, "prompt": prompt, "answer": answer, "ok": ok, "model": j["model"]}
+                    {
+                        "i": i,
+                        "session": sid,
+                        "prompt": prompt,
+                        "answer": answer,
+                        "ok": ok,
+                        "model": j["model"],
+                        "latency_s": t1 - t0,
+                        "tokens": int(j["usage"]["completion_tokens"]),
+                        "trainer_cores": (c1 - c0) / (t1 - t0),
+                    }
                 )
                 print(
                     f"[{method}] turn {i + 1:3d} {j['model']:>12} {'OK ' if ok else 'NO '}"
@@ -592,6 +654,7 @@ def run_method(method: str, args: argparse.Namespace, model_dir: Path) -> dict[s
                 j = store.get_judgment(smp.id)
                 if j is not None and j.teacher_logprobs is not None:
                     hints += 1
+        stop = stop_signal(et, [t["session"] for t in turns])
         trainer_log = Path(home) / "logs" / "trainer.log"
         log_tail = trainer_log.read_text(errors="replace")[-3000:] if trainer_log.exists() else ""
         return {
@@ -599,6 +662,7 @@ def run_method(method: str, args: argparse.Namespace, model_dir: Path) -> dict[s
             "home": home,
             "wall_s": time.time() - t_start,
             "loadavg_start": load_start,
+            "trainer_start_s": trainer_start_s,
             "loadavg_end": os.getloadavg(),
             "evals": evals,
             "turns": turns,
@@ -628,6 +692,7 @@ def run_method(method: str, args: argparse.Namespace, model_dir: Path) -> dict[s
             "sample_states": states,
             "skip_reasons": skipped,
             "samples_with_teacher": hints,
+            "stop_signal": stop,
             "training_status": et.engine.status().get("training"),
             "trainer_log_tail": log_tail,
         }
@@ -650,7 +715,7 @@ def _fmt(x: float | None, spec: str = ".2f", unit: str = "") -> str:
 
 def latency_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     probes = [p for r in runs for p in r["probes"]]
-    before = [p for p in probes if p["phase"] == "before"]
+    before = [p for p in probes if p["phase"] == "before" and p["trainer_cores"] < 0.05]
     loop = [p for p in probes if p["phase"] == "loop"]
     busy = [p for p in loop if p["trainer_cores"] >= 0.5]
     idle = [p for p in loop if p["trainer_cores"] < 0.05]
@@ -664,12 +729,25 @@ def latency_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             else 1000 * statistics.median(p["latency_s"] / max(p["tokens"], 1) for p in ps),
         }
 
+    turns = [t for r in runs for t in r["turns"] if "trainer_cores" in t]
+
+    def turn_stats(ts: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "n": len(ts),
+            "p50_ms": None if not ts else 1000 * statistics.median(t["latency_s"] for t in ts),
+            "ms_per_token": None
+            if not ts
+            else 1000 * statistics.median(t["latency_s"] / max(t["tokens"], 1) for t in ts),
+        }
+
     fa = [f["seconds"] for r in runs for f in r["first_answer"] if f["outcome"] == "served"]
     pub = [f["publish_s"] for r in runs for f in r["first_answer"] if f["publish_s"] is not None]
     return {
         "before": stats(before),
         "idle_between_steps": stats(idle),
         "training": stats(busy),
+        "turns_idle": turn_stats([t for t in turns if t["trainer_cores"] < 0.05]),
+        "turns_training": turn_stats([t for t in turns if t["trainer_cores"] >= 0.5]),
         "first_answer_s": {
             "n": len(fa),
             "p50": _median(fa),
@@ -731,23 +809,35 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, cmd: str, date:
                 m["loss"], m["reward/mean"], m["optim/grad_norm"], m["time/step_s"], strict=False
             )
         ]
+        ss = r["stop_signal"]
+        lines.append(
+            f"- {r['method']}: OPD token advantage at the first token after the first "
+            f"sentence: median {_fmt(ss['stop_median'], '+.2f')} ({ss['stop_negative']}/"
+            f"{ss['n']} negative) vs mean {_fmt(ss['other_mean'], '+.3f')} (mean |A| "
+            f"{_fmt(ss['other_mean_abs'], '.3f')}) on the other {ss['other_tokens']} tokens"
+        )
         lines.append(
             f"- {r['method']}: {', '.join(steps) or 'no steps'}; sample states "
-            f"{r['sample_states']}; skips {r['skip_reasons'] or 'none'}; samples with teacher "
-            f"log-probs {r['samples_with_teacher']}"
+            f"{r['sample_states']}; skips {r['skip_reasons'] or 'none'}; judged with a hint "
+            f"and teacher log-probs {r['samples_with_teacher']}"
         )
     lat = latency_summary(runs)
     lines += [
         "",
-        f"Chat latency, {LATENCY_TOKENS}-token greedy answer (median; all methods pooled):",
+        "Chat latency (medians, all methods pooled). Probes: the same 16-token greedy "
+        "answer; feedback turns: the training turns themselves (temperature 1, <= "
+        f"{args.max_tokens} tokens). The trainer counts as busy when its process used >= 0.5 "
+        "core during the request, idle below 0.05:",
         "",
-        "| trainer | probes | p50 latency | p50 ms/token |",
-        "|---|---|---|---|",
+        "| requests | trainer | n | p50 latency | p50 ms/token |",
+        "|---|---|---|---|---|",
     ]
     for key, label in (
-        ("before", "idle, before any training"),
-        ("idle_between_steps", "idle, between steps (< 0.05 core)"),
-        ("training", "in a step (>= 0.5 core)"),
+        ("before", f"{LATENCY_TOKENS}-token probes | idle, before any training"),
+        ("idle_between_steps", f"{LATENCY_TOKENS}-token probes | idle, between steps"),
+        ("training", f"{LATENCY_TOKENS}-token probes | in a step"),
+        ("turns_idle", "feedback turns | idle"),
+        ("turns_training", "feedback turns | in a step"),
     ):
         s = lat[key]
         lines.append(
@@ -808,10 +898,15 @@ def main() -> None:
     date = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     model = resolve_model(None, app_paths())
     runs = [run_method(m, args, model.path) for m in methods]
-    text = report(runs, args, cmd, date)
-    print("\n" + text)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    raw = out.parent / f"learn-{stamp}.json"
+    raw.write_text(
+        json.dumps({"command": cmd, "date": date, "args": vars(args), "runs": runs}, indent=1)
+    )
+    text = report(runs, args, cmd, date)
+    print("\n" + text)
     if not out.exists():
         out.write_text(
             "# Learning benchmark (bench/learn.py)\n\n"
@@ -820,11 +915,6 @@ def main() -> None:
         )
     with out.open("a") as f:
         f.write(text + "\n")
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    raw = out.parent / f"learn-{stamp}.json"
-    raw.write_text(
-        json.dumps({"command": cmd, "date": date, "args": vars(args), "runs": runs}, indent=1)
-    )
     print(f"\nappended to {out}; raw numbers in {raw}")
 
 

@@ -15,10 +15,12 @@ from typing import Any
 
 import httpx
 import pytest
+from textual import on
 from textual.widgets import DataTable, Input
 
 from clawrl_app.tui.app import ClawrlApp
 from clawrl_app.tui.client import LocalClient
+from clawrl_app.tui.messages import EngineEventReceived
 from clawrl_app.tui.screens.chat import ChatScreen
 from clawrl_app.tui.screens.checkpoints import CheckpointsScreen
 from clawrl_app.tui.screens.modals import ConfirmModal
@@ -189,3 +191,24 @@ def test_http_client_drives_the_admin_routes(ui_engine: Any) -> None:
         assert any(e["kind"] == "TurnRecorded" for e in events)
     finally:
         client.close()
+
+
+class CountingApp(ClawrlApp):
+    """The real app, counting the engine events that reach the app itself."""
+
+    probes = 0
+
+    @on(EngineEventReceived)
+    def _count(self, message: EngineEventReceived) -> None:
+        self.probes += message.kind == "Probe"
+
+
+async def test_an_engine_event_reaches_the_app_once(ui_engine: Any) -> None:
+    """Regression: an event forwarded to the screen bubbled back to the app and was
+    forwarded again forever, starving every other thread of the GIL."""
+    app = CountingApp(LocalClient(ui_engine), capture_logs=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")  # a screen that reloads on no event kind
+        await asyncio.to_thread(app.post_message, EngineEventReceived("Probe", {}))
+        await pilot.pause(1.0)
+        assert app.probes == 1

@@ -11,8 +11,12 @@ from clawrl_app.tui.client import EngineClient
 
 
 @dataclass
-class EngineEventReceived(Message):
-    """An engine event (`kind`, `payload`), posted from the engine's thread."""
+class EngineEventReceived(Message, bubble=False):
+    """An engine event (`kind`, `payload`), posted from the engine's thread.
+
+    It must not bubble: the app forwards each one to the current screen, and a copy that
+    bubbled back up to the app would be forwarded again, forever (a busy event loop).
+    """
 
     kind: str
     payload: dict[str, Any]
