@@ -93,6 +93,7 @@ def make_backlog(et: EngineThread, n: int) -> None:
                 {"role": "user", "content": "No, that's too long. Answer in one short sentence."},
             ]
             chat(c, url, second, sid, max_tokens=4)
+            print(f"  backlog: {i + 1}/{n} sessions recorded", flush=True)
 
 
 def pending(et: EngineThread) -> int:
@@ -116,6 +117,8 @@ def probe_latency(et: EngineThread, probes: int, while_busy: bool) -> list[float
                 {"X-Turn-Type": "side"},
             )
             out.append(time.perf_counter() - t0)
+            state = "busy" if while_busy else "idle"
+            print(f"  probe {i + 1}/{probes} (judge {state}): {out[-1] * 1000:.0f} ms", flush=True)
             time.sleep(0.2)
     return out
 
@@ -128,7 +131,11 @@ def judged_per_min(events: list[Any]) -> float:
 
 def wait_drained(et: EngineThread, timeout_s: float) -> None:
     t0 = time.monotonic()
-    while pending(et) and time.monotonic() - t0 < timeout_s:
+    last = -1
+    while (left := pending(et)) and time.monotonic() - t0 < timeout_s:
+        if left != last:
+            print(f"  judging: {left} samples pending ({time.monotonic() - t0:.0f} s)", flush=True)
+            last = left
         time.sleep(0.2)
 
 

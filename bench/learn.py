@@ -59,7 +59,7 @@ sys.path.insert(0, str(ROOT))
 
 from clawrl_app.config import load_settings  # noqa: E402
 from clawrl_app.engine.engine_thread import EngineThread  # noqa: E402
-from clawrl_app.engine.events import PolicyPublished  # noqa: E402
+from clawrl_app.engine.events import PolicyPublished, StepFinished, StepStarted  # noqa: E402
 from clawrl_app.models import resolve_model  # noqa: E402
 from clawrl_app.paths import app_paths  # noqa: E402
 
@@ -277,6 +277,27 @@ class TrainerCPU:
         return total
 
 
+class StepWindows:
+    """Wall-clock intervals of the trainer's steps (StepStarted -> StepFinished events)."""
+
+    def __init__(self) -> None:
+        self.windows: list[tuple[float, float]] = []
+        self._open: float | None = None
+
+    def on_event(self, ev: Any) -> None:
+        if isinstance(ev, StepStarted):
+            self._open = time.time()
+        elif isinstance(ev, StepFinished) and self._open is not None:
+            self.windows.append((self._open, time.time()))
+            self._open = None
+
+    def share(self, t0: float, t1: float) -> float:
+        """The fraction of [t0, t1] spent inside a training step."""
+        spans = [*self.windows, *([(self._open, time.time())] if self._open else [])]
+        inside = sum(max(0.0, min(t1, b) - max(t0, a)) for a, b in spans)
+        return inside / max(t1 - t0, 1e-9)
+
+
 @dataclass
 class Probe:
     t0: float
@@ -285,6 +306,7 @@ class Probe:
     tokens: int
     trainer_cores: float  # trainer CPU seconds / wall seconds during the probe
     phase: str  # "before" (no training yet) or "loop"
+    in_step: float = 0.0  # fraction of the request during a training step (set afterwards)
 
 
 def latency_probe(client: httpx.Client, url: str, cpu: TrainerCPU, phase: str) -> Probe:
@@ -511,8 +533,11 @@ def run_method(method: str, args: argparse.Namespace, model_dir: Path) -> dict[s
     events: list[Any] = []
     watcher_ref: list[CheckpointWatcher] = []
 
+    steps = StepWindows()
+
     def sink(ev: Any) -> None:
         events.append(ev)
+        steps.on_event(ev)
         if watcher_ref:
             watcher_ref[0].on_event(ev)
 
@@ -584,6 +609,8 @@ def run_method(method: str, args: argparse.Namespace, model_dir: Path) -> dict[s
                         "ok": ok,
                         "model": j["model"],
                         "latency_s": t1 - t0,
+                        "t0": t0,
+                        "t1": t1,
                         "tokens": int(j["usage"]["completion_tokens"]),
                         "trainer_cores": (c1 - c0) / (t1 - t0),
                     }
@@ -633,6 +660,7 @@ def run_method(method: str, args: argparse.Namespace, model_dir: Path) -> dict[s
             "ratio_mean",
             "optim/grad_norm",
             "time/step_s",
+            "time/paused_s",
             "tokens",
         ):
             metrics[name] = [m.value for m in store.metrics(name)]
@@ -655,6 +683,10 @@ def run_method(method: str, args: argparse.Namespace, model_dir: Path) -> dict[s
                 if j is not None and j.teacher_logprobs is not None:
                     hints += 1
         stop = stop_signal(et, [t["session"] for t in turns])
+        for p in probes:
+            p.in_step = steps.share(p.t0, p.t1)
+        for t in turns:
+            t["in_step"] = steps.share(t["t0"], t["t1"])
         trainer_log = Path(home) / "logs" / "trainer.log"
         log_tail = trainer_log.read_text(errors="replace")[-3000:] if trainer_log.exists() else ""
         return {
@@ -717,8 +749,8 @@ def latency_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     probes = [p for r in runs for p in r["probes"]]
     before = [p for p in probes if p["phase"] == "before" and p["trainer_cores"] < 0.05]
     loop = [p for p in probes if p["phase"] == "loop"]
-    busy = [p for p in loop if p["trainer_cores"] >= 0.5]
-    idle = [p for p in loop if p["trainer_cores"] < 0.05]
+    busy = [p for p in loop if p["in_step"] >= 0.5]
+    idle = [p for p in loop if p["in_step"] == 0]
 
     def stats(ps: list[dict[str, Any]]) -> dict[str, Any]:
         return {
@@ -746,8 +778,8 @@ def latency_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "before": stats(before),
         "idle_between_steps": stats(idle),
         "training": stats(busy),
-        "turns_idle": turn_stats([t for t in turns if t["trainer_cores"] < 0.05]),
-        "turns_training": turn_stats([t for t in turns if t["trainer_cores"] >= 0.5]),
+        "turns_idle": turn_stats([t for t in turns if t["in_step"] == 0]),
+        "turns_training": turn_stats([t for t in turns if t["in_step"] >= 0.5]),
         "first_answer_s": {
             "n": len(fa),
             "p50": _median(fa),
@@ -800,13 +832,23 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, cmd: str, date:
             f"{sum(m['samples/both']):.0f} | {r['wall_s'] / 60:.1f} min (load "
             f"{r['loadavg_start'][0]:.1f} -> {r['loadavg_end'][0]:.1f}) |"
         )
-    lines += ["", "Per step (loss, reward mean, grad norm, step time):", ""]
+    lines += [
+        "",
+        "Per step (loss, reward mean, grad norm, step time incl. pauses for serving / paused):",
+        "",
+    ]
     for r in runs:
         m = r["metrics"]
+        paused = m.get("time/paused_s") or [0.0] * len(m["loss"])
         steps = [
-            f"{lo:+.3f}/{rw:+.2f}/{g:.2f}/{ts:.0f}s"
-            for lo, rw, g, ts in zip(
-                m["loss"], m["reward/mean"], m["optim/grad_norm"], m["time/step_s"], strict=False
+            f"{lo:+.3f}/{rw:+.2f}/{g:.2f}/{ts:.0f}s/{ps:.0f}s"
+            for lo, rw, g, ts, ps in zip(
+                m["loss"],
+                m["reward/mean"],
+                m["optim/grad_norm"],
+                m["time/step_s"],
+                paused,
+                strict=False,
             )
         ]
         ss = r["stop_signal"]
@@ -826,8 +868,8 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, cmd: str, date:
         "",
         "Chat latency (medians, all methods pooled). Probes: the same 16-token greedy "
         "answer; feedback turns: the training turns themselves (temperature 1, <= "
-        f"{args.max_tokens} tokens). The trainer counts as busy when its process used >= 0.5 "
-        "core during the request, idle below 0.05:",
+        f"{args.max_tokens} tokens). In a step: at least half of the request overlapped a "
+        "training step (StepStarted -> StepFinished events); idle: no overlap:",
         "",
         "| requests | trainer | n | p50 latency | p50 ms/token |",
         "|---|---|---|---|---|",

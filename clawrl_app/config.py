@@ -114,6 +114,9 @@ class TrainSettings(_Section):
     """`always`, or a cron expression (e.g. `0 1 * * *`) for when training may run."""
     when_idle_s: float = 0.0
     """Train only after this many seconds without user requests (0 = any time)."""
+    yield_to_serving_s: float = 30.0
+    """CPU-only machines: a training step pauses while the endpoint answers, at most this
+    many seconds per step (0 = never pause; the step then competes with chat for the cores)."""
     max_staleness: int = 8
     """Skip samples produced by a policy more than this many versions older than the trainer's."""
     baseline: Literal["ema", "batch_mean", "none"] = "ema"

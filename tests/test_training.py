@@ -52,15 +52,24 @@ def converse(url: str, n_sessions: int, tag: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def training_engine(embedded_model: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """An engine whose trainer process runs (batch 2, no review grace)."""
+def training_events() -> list[Any]:
+    return []
+
+
+@pytest.fixture(scope="module")
+def training_engine(
+    embedded_model: Any, tmp_path_factory: pytest.TempPathFactory, training_events: list[Any]
+) -> Any:
+    """An engine whose trainer process runs (batch 2, no review grace; a step pauses for
+    serving at most 2 s, so continuous test traffic cannot stall it for long)."""
     env = {
         "CLAWRL_MODEL__PATH": str(embedded_model.path),
         "CLAWRL_SERVER__PORT": "0",
         "CLAWRL_TRAIN__BATCH_SIZE": "2",
+        "CLAWRL_TRAIN__YIELD_TO_SERVING_S": "2",
         "CLAWRL_REVIEW__GRACE_S": "0",
     }
-    running = start_engine(tmp_path_factory.mktemp("train-home"), env)
+    running = start_engine(tmp_path_factory.mktemp("train-home"), env, training_events.append)
     yield running
     running.stop()
 
@@ -136,6 +145,25 @@ def test_trainer_process_steps_publishes_and_serves_the_new_version(training_eng
     assert r.model == "clawrl-v2"
     assert store.turns_for_session("after-publish")[0].policy_version == "v2"
     assert store.get_checkpoint("v2").status == "published"
+
+
+def test_steps_pause_for_serving_within_their_budget_and_report_events(
+    training_engine: Any, training_events: list[Any]
+) -> None:
+    """CPU-only: the endpoint raises the shared flag while answering and the trainer
+    pauses at its layer hooks. The chatter above talked without a break, so each step
+    paused, and never longer than train.yield_to_serving_s (2 s here)."""
+    eng = training_engine.engine
+    assert eng.serving_flag is not None and not eng.serving_flag.busy()
+    paused = [m.value for m in eng.store.metrics("time/paused_s")]
+    assert paused and paused[0] > 0.0
+    assert all(p <= 2.0 + 0.5 for p in paused)
+    kinds = [e.kind for e in training_events]
+    assert "StepStarted" in kinds and "StepFinished" in kinds
+    finished = [e for e in training_events if e.kind == "StepFinished"]
+    assert finished[0].version == "v1" and finished[0].step == 1
+    assert "loss" in finished[0].metrics
+    assert kinds.index("StepStarted") < kinds.index("StepFinished")
 
 
 def test_rollback_and_roll_forward_switch_the_served_version(training_engine: Any) -> None:

@@ -83,6 +83,7 @@ def test_status_lines() -> None:
         "api_key_hint": "…abcd",
         "serving": {"state": "running", "version": "v2"},
         "judging": {"judged": 3, "queue_depth": 2, "last_error": "boom"},
+        "training": {"state": "running", "stepping": True, "last_error": None},
         "counts": {"sessions": 4, "turns": 9, "samples_pending": 2, "samples_trained": 1},
     }
     assert views.endpoint_line(status) == (
@@ -91,6 +92,7 @@ def test_status_lines() -> None:
     assert views.loop_lines(status) == [
         "serving     running ",
         "judging     failed   queue 2  last error: boom",
+        "training    running  step in progress",
     ]
     assert "turns 9" in views.counter_line(status) and "pending 2" in views.counter_line(status)
 

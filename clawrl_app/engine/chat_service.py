@@ -25,6 +25,7 @@ from clawrl_app.engine.backends.base import (
     UnknownVersion,
 )
 from clawrl_app.engine.chat_format import ChatFormatter, IncrementalText, parse_answer
+from clawrl_app.engine.cpu_share import ServingActivity
 from clawrl_app.engine.events import EventSink, SessionClosed, StoreFailed, TurnRecorded
 from clawrl_app.engine.openai_schema import ApiError, ChatRequest, TokenLogprob, parse_chat_request
 from clawrl_app.engine.sessions import (
@@ -90,6 +91,7 @@ class ChatService:
         default_max_tokens: int = 512,
         events: EventSink | None = None,
         tracker: SessionTracker | None = None,
+        activity: ServingActivity | None = None,
     ) -> None:
         self.backend = backend
         self.formatter = formatter
@@ -99,6 +101,8 @@ class ChatService:
         self.events: EventSink = events or (lambda e: None)
         self.tracker = tracker or SessionTracker()
         self.last_user_request = time.monotonic()
+        self.activity = activity
+        """Raised while answers are generated (a CPU-sharing trainer pauses then)."""
 
     # -- names -----------------------------------------------------------------------
     def model_name(self, version: str) -> str:
@@ -238,6 +242,8 @@ class ChatService:
         lps: list[float] = []
         token_lps: list[TokenLogprob] = []
         finished: Finished | None = None
+        if self.activity is not None:
+            self.activity.begin()
         try:
             async for ev in stream:
                 if isinstance(ev, Finished):
@@ -254,6 +260,8 @@ class ChatService:
                 if text.stopped:
                     break
         finally:
+            if self.activity is not None:
+                self.activity.end()
             await _close(stream)
         reason: str = "stop" if (text.stopped or finished is None) else finished.reason
         tail = text.finish()

@@ -105,6 +105,22 @@ class PolicyPublished(Event):
 
 
 @dataclass(frozen=True)
+class StepStarted(Event):
+    """The trainer began optimizer step `step`."""
+
+    step: int
+
+
+@dataclass(frozen=True)
+class StepFinished(Event):
+    """The trainer wrote checkpoint `version` after step `step` (metrics of the step)."""
+
+    step: int
+    version: str
+    metrics: dict[str, float]
+
+
+@dataclass(frozen=True)
 class StatusReported(Event):
     """Periodic snapshot of every loop (queue depths, throughput, last errors); not stored."""
 

@@ -21,6 +21,7 @@ from clawrl_app.engine.backends.base import Backend
 from clawrl_app.engine.chat_format import ChatFormatter
 from clawrl_app.engine.chat_service import ChatService
 from clawrl_app.engine.collector import Collector
+from clawrl_app.engine.cpu_share import BusyFlag, ServingActivity
 from clawrl_app.engine.event_log import EventLog
 from clawrl_app.engine.events import (
     Event,
@@ -29,6 +30,7 @@ from clawrl_app.engine.events import (
     SampleCreated,
     SessionClosed,
     StatusReported,
+    StepFinished,
     TurnRecorded,
     fan_out,
 )
@@ -92,6 +94,7 @@ class Engine:
         self.judge_loop: JudgeLoop | None = None
         self.publisher: Publisher | None = None
         self.trainer: TrainerSupervisor | None = None
+        self.serving_flag: BusyFlag | None = None
         self._scheduler: Any = None
 
     # -- wiring ----------------------------------------------------------------------
@@ -139,6 +142,7 @@ class Engine:
         backend, tokenizer = await asyncio.to_thread(self._build_backend)
         self.backend = backend
         await backend.start()
+        self.serving_flag = self._serving_flag()
         self.service = ChatService(
             backend,
             ChatFormatter(tokenizer),
@@ -146,6 +150,7 @@ class Engine:
             alias=s.server.model_alias,
             default_max_tokens=s.server.default_max_tokens,
             events=self._emit,
+            activity=ServingActivity(self.serving_flag) if self.serving_flag else None,
         )
         self.collector = Collector(self.store, events=self._emit)
         self.judge_loop = JudgeLoop(
@@ -178,6 +183,7 @@ class Engine:
             events=self._emit,
             tolerance=1e-3 if not self.plan.serve_devices else 5e-2,
             state_file=self.paths.data_dir / "served.json",
+            activity=self.service.activity,
         )
         restored = await self.publisher.restore_served()
         if restored is not None:
@@ -188,7 +194,7 @@ class Engine:
                 self._trainer_config(),
                 self.paths.data_dir,
                 gpus=self.plan.train_devices,
-                events=self._emit,
+                events=self._trainer_event,
                 log_file=self.paths.log_dir / "trainer.log",
             )
             self._tasks.append(asyncio.create_task(self._gate_training()))
@@ -235,6 +241,21 @@ class Engine:
                     log.exception("closing idle sessions failed")
                     self.loops["serving"].last_error = str(exc)
 
+    def _serving_flag(self) -> BusyFlag | None:
+        """The flag a CPU-sharing trainer watches (None when serving or training has GPUs)."""
+        assert self.plan is not None
+        t = self.settings.train
+        if self.plan.serve_devices or self.plan.train_devices or not t.enabled:
+            return None
+        if t.yield_to_serving_s <= 0:
+            return None
+        return BusyFlag(self.paths.data_dir / "serving_busy.flag", create=True)
+
+    def _trainer_event(self, event: Event) -> None:
+        self._emit(event)
+        if isinstance(event, StepFinished) and self.publisher is not None:
+            self.publisher.poke()  # publish the new checkpoint now, not at the next poll
+
     def _trainer_config(self) -> TrainerConfig:
         assert self.model is not None and self.plan is not None
         t = self.settings.train
@@ -256,6 +277,8 @@ class Engine:
             approved_only=self.settings.review.mode == "manual",
             device="cuda" if self.plan.train_devices else "cpu",
             custom_loss_path=t.custom_loss_path,
+            serving_flag_file=str(self.serving_flag.path) if self.serving_flag else None,
+            yield_max_s=t.yield_to_serving_s if self.serving_flag else 0.0,
         )
 
     def _start_retention(self) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from clawrl_app.engine.backends.base import Backend, BackendError
 from clawrl_app.engine.checkpoints import read_manifest
+from clawrl_app.engine.cpu_share import ServingActivity
 from clawrl_app.engine.events import EventSink, LoopFailed, PolicyPublished, wait_for_poke
 from clawrl_app.engine.rollback import BASE, ServedState, read_served, write_served
 from clawrl_app.engine.store import CheckpointRow, Store
@@ -42,6 +43,7 @@ class Publisher:
         tolerance: float = 1e-3,
         interval_s: float = 0.25,
         state_file: Path | None = None,
+        activity: ServingActivity | None = None,
     ) -> None:
         self.store = store
         self.state_file = state_file
@@ -54,6 +56,8 @@ class Publisher:
         self.refused = 0
         self.last_error: str | None = None
         self.last_publish_s: float | None = None
+        self.activity = activity
+        """Raised while publishing, like an answer: a CPU-sharing trainer pauses meanwhile."""
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
 
@@ -63,40 +67,49 @@ class Publisher:
     async def publish(self, row: CheckpointRow, check: bool = True) -> bool:
         """Load, check and activate one checkpoint; False when refused."""
         async with self._lock:
-            t0 = time.monotonic()
-            name = row.version
-            if name not in self.backend.info().versions:
-                await self.backend.load_adapter(name, Path(row.path))
-            previous = self.backend.active_version
-            activated = False
-            if check:
-                try:
-                    gap = await self._canary(name, Path(row.path))
-                except BackendError:  # full weights on SGLang: scorable only once served
-                    await self.backend.activate(name)
-                    activated = True
-                    gap = await self._canary(name, Path(row.path))
-                if gap > self.tolerance:
-                    if activated:
-                        await self.backend.activate(previous)
-                    self.store.set_checkpoint_status(name, "refused")
-                    await self.backend.unload_adapter(name)
-                    self.refused += 1
-                    self.last_error = f"{name} refused: canary log-probs differ by {gap:.2e}"
-                    self.events(LoopFailed("publishing", self.last_error))
-                    return False
-            if not activated:
+            if self.activity is not None:
+                self.activity.begin()
+            try:
+                return await self._publish(row, check)
+            finally:
+                if self.activity is not None:
+                    self.activity.end()
+
+    async def _publish(self, row: CheckpointRow, check: bool) -> bool:
+        t0 = time.monotonic()
+        name = row.version
+        if name not in self.backend.info().versions:
+            await self.backend.load_adapter(name, Path(row.path))
+        previous = self.backend.active_version
+        activated = False
+        if check:
+            try:
+                gap = await self._canary(name, Path(row.path))
+            except BackendError:  # full weights on SGLang: scorable only once served
                 await self.backend.activate(name)
-            self.store.mark_published(name)
-            self.served = name
-            if self.state_file is not None:
-                write_served(self.state_file, ServedState(name))
-            self.published += 1
-            self.last_publish_s = time.monotonic() - t0
-            self.events(PolicyPublished(name, previous))
-            if previous not in ("base", name):
-                asyncio.create_task(self._unload_later(previous))
-            return True
+                activated = True
+                gap = await self._canary(name, Path(row.path))
+            if gap > self.tolerance:
+                if activated:
+                    await self.backend.activate(previous)
+                self.store.set_checkpoint_status(name, "refused")
+                await self.backend.unload_adapter(name)
+                self.refused += 1
+                self.last_error = f"{name} refused: canary log-probs differ by {gap:.2e}"
+                self.events(LoopFailed("publishing", self.last_error))
+                return False
+        if not activated:
+            await self.backend.activate(name)
+        self.store.mark_published(name)
+        self.served = name
+        if self.state_file is not None:
+            write_served(self.state_file, ServedState(name))
+        self.published += 1
+        self.last_publish_s = time.monotonic() - t0
+        self.events(PolicyPublished(name, previous))
+        if previous not in ("base", name):
+            asyncio.create_task(self._unload_later(previous))
+        return True
 
     async def _canary(self, name: str, path: Path) -> float:
         manifest = read_manifest(path)

@@ -32,6 +32,7 @@ from clawrl_app.engine.checkpoints import (
     version_number,
     write_checkpoint,
 )
+from clawrl_app.engine.cpu_share import BusyFlag, PauseBudget, wait_while_busy
 from clawrl_app.engine.losses import (
     OBJECTIVES,
     LossBatch,
@@ -39,6 +40,7 @@ from clawrl_app.engine.losses import (
     ema_baseline_update,
     rl_advantages,
 )
+from clawrl_app.engine.pause_points import install_pause_points
 from clawrl_app.engine.policy_forward import response_logprobs
 from clawrl_app.engine.store import Store
 from clawrl_app.engine.train_data import Skip, TrainItem, build_item, micro_batches
@@ -113,6 +115,17 @@ class Trainer:
         self.device = self.accelerator.device
         self.loss_cfg = LossConfig()
         self.objective = self._objective()
+        self.pause_budget = PauseBudget(cfg.yield_max_s)
+        self.serving: BusyFlag | None = None
+        if cfg.serving_flag_file and cfg.yield_max_s > 0:
+            self.serving = BusyFlag(cfg.serving_flag_file)
+            install_pause_points(self.model, self.yield_to_serving)
+
+    def yield_to_serving(self) -> float:
+        """Sleep while the endpoint is answering (within this step's pause budget)."""
+        if self.serving is None:
+            return 0.0
+        return wait_while_busy(self.serving.busy, self.pause_budget)
 
     # -- set-up ------------------------------------------------------------------------
     def _objective(self) -> Any:
@@ -202,6 +215,8 @@ class Trainer:
     def train_step(self, items: list[TrainItem]) -> dict[str, float]:
         """Forward/backward over micro-batches, clip, AdamW step; returns the step metrics."""
         t0 = time.monotonic()
+        self.pause_budget.reset()
+        print(json.dumps({"event": "step_started", "step": self.step + 1}), flush=True)
         self.baseline = (
             ema_baseline_update(self.baseline, [it.reward for it in items if it.has_reward])
             if any(it.has_reward for it in items)
@@ -256,6 +271,7 @@ class Trainer:
             "optim/grad_norm": float(grad_norm),
             "optim/lr": self.cfg.lr,
             "time/step_s": time.monotonic() - t0,
+            "time/paused_s": self.pause_budget.paused_s,
         }
         return {k: v for k, v in metrics.items() if math.isfinite(v)}
 
@@ -345,7 +361,12 @@ class Trainer:
                 continue
             metrics = self.train_step(items)
             version = self.save(items, metrics)
-            print(json.dumps({"event": "checkpoint", "version": version, **metrics}), flush=True)
+            print(
+                json.dumps(
+                    {"event": "checkpoint", "version": version, "step": self.step, **metrics}
+                ),
+                flush=True,
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,3 +31,7 @@ class TrainerConfig:
     seed: int = 0
     device: str = "cpu"
     custom_loss_path: str | None = None
+    serving_flag_file: str | None = None
+    """Shared flag raised while the endpoint answers (CPU-only: the step pauses then)."""
+    yield_max_s: float = 0.0
+    """Most seconds a step may pause for serving (0 = never)."""

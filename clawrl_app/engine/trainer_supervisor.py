@@ -16,7 +16,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from clawrl_app.engine.events import EventSink, LoopFailed
+from clawrl_app.engine.events import EventSink, LoopFailed, StepFinished, StepStarted
 from clawrl_app.engine.trainer_config import TrainerConfig
 from clawrl_app.paths import write_private
 
@@ -70,6 +70,8 @@ class TrainerSupervisor:
         self.failures = 0
         self.last_error: str | None = None
         self.last_checkpoint: dict[str, Any] | None = None
+        self.step_started_at: float | None = None
+        """When the running step began (wall clock); None between steps."""
         self._proc: asyncio.subprocess.Process | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -131,6 +133,7 @@ class TrainerSupervisor:
                 logf.write(line)
                 logf.flush()
                 self._parse(line)
+        self.step_started_at = None
         return await self._proc.wait()
 
     def _parse(self, line: bytes) -> None:
@@ -138,9 +141,21 @@ class TrainerSupervisor:
         if text.startswith("{") and '"event"' in text:
             with contextlib.suppress(ValueError):
                 msg = json.loads(text)
+                if msg.get("event") == "step_started":
+                    self.step_started_at = time.time()
+                    self.events(StepStarted(int(msg.get("step", 0))))
                 if msg.get("event") == "checkpoint":
                     self.last_checkpoint = msg
+                    self.step_started_at = None
                     self.failures = 0
+                    metrics = {
+                        k: float(v)
+                        for k, v in msg.items()
+                        if isinstance(v, int | float) and k not in ("event", "step")
+                    }
+                    self.events(
+                        StepFinished(int(msg.get("step", 0)), str(msg.get("version")), metrics)
+                    )
 
     @property
     def pid(self) -> int | None:
@@ -172,4 +187,6 @@ class TrainerSupervisor:
             "last_error": self.last_error,
             "pid": self.pid,
             "last_checkpoint": self.last_checkpoint,
+            "stepping": self.step_started_at is not None,
+            "step_started_at": self.step_started_at,
         }

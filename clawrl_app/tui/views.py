@@ -134,6 +134,8 @@ def loop_lines(status: dict[str, Any]) -> list[str]:
         line = f"{name:<11} {state:<8}"
         if depth is not None:
             line += f" queue {depth}"
+        if loop.get("stepping"):
+            line += " step in progress"
         if loop.get("last_error"):
             line += f"  last error: {short(loop['last_error'], 60)}"
         lines.append(line)

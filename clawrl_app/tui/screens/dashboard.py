@@ -26,7 +26,16 @@ class DashboardScreen(EngineScreen):
     """What the engine is doing now, and how training went."""
 
     CSS_PATH = "dashboard.tcss"
-    RELOAD_ON = frozenset({"PolicyPublished", "RolledBack", "StatusReported", "LoopFailed"})
+    RELOAD_ON = frozenset(
+        {
+            "PolicyPublished",
+            "RolledBack",
+            "StatusReported",
+            "LoopFailed",
+            "StepStarted",
+            "StepFinished",
+        }
+    )
     BINDINGS = [Binding("r", "reload", "Refresh", id="dashboard.refresh")]
 
     @dataclass
