@@ -218,7 +218,7 @@ def cmd_launch(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths
 
     try:
         with _quiet_root_logging():
-            ClawrlApp(start=start).run()
+            ClawrlApp(start=start, keys=loaded.settings.ui.keys).run()
     finally:
         for thread in started:
             print("stopping the engine...", flush=True)
@@ -242,7 +242,7 @@ def cmd_tui(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -
         return 1
     try:
         with _quiet_root_logging():
-            ClawrlApp(client).run()
+            ClawrlApp(client, keys=loaded.settings.ui.keys).run()
     finally:
         client.close()
     return 0

@@ -8,6 +8,7 @@ allowed values; `load_settings` records where each effective value came from.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -140,6 +141,24 @@ class ReviewSettings(_Section):
     """Seconds between a judgment and its sample becoming trainable in auto mode."""
 
 
+class UiSettings(_Section):
+    keys: dict[str, str] = {}
+    """Remap terminal-UI keys by binding id, e.g. `keys = { "sessions.exclude" = "d" }`
+    (ids are listed in the README; a JSON object in the environment variable)."""
+
+    @field_validator("keys", mode="before")
+    @classmethod
+    def _json_text(cls, value: Any) -> Any:
+        if isinstance(value, str):  # from CLAWRL_UI__KEYS
+            try:
+                return json.loads(value)
+            except ValueError:
+                raise ValueError(
+                    'expected a JSON object such as {"sessions.exclude": "d"}'
+                ) from None
+        return value
+
+
 class Settings(_Section):
     """The effective configuration of one run."""
 
@@ -155,6 +174,8 @@ class Settings(_Section):
     """The background trainer."""
     review: ReviewSettings = ReviewSettings()
     """The review gate before training."""
+    ui: UiSettings = UiSettings()
+    """The terminal UI."""
 
 
 UPSTREAM_ENV: dict[str, tuple[str, str]] = {

@@ -21,6 +21,7 @@ import glob
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import re
 import shutil
@@ -133,6 +134,7 @@ def _network_allowed(allow_network: bool | None) -> bool:
 
 
 def _stage(progress: bool, message: str) -> None:
+    logging.getLogger("clawrl.models").info(message)  # the UI's loading screen shows it
     if progress:
         print(f"[clawrl-app] {message}", file=sys.stderr, flush=True)
 

@@ -58,7 +58,12 @@ class ScriptedBackend:
         yield Finished("stop", "base", len(request.prompt_ids), len(ids))
 
     async def score(
-        self, prompt_ids: list[int], response_ids: list[int], version: str | None = None
+        self,
+        prompt_ids: list[int],
+        response_ids: list[int],
+        version: str | None = None,
+        *,
+        urgent: bool = False,
     ) -> list[float]:
         return [-0.5] * len(response_ids)
 

@@ -37,7 +37,7 @@ def extra_service(engine: Any, backend: Any, tmp_path: Path) -> ChatService:
 
 
 def test_api_key_required_when_configured(engine: Any, tmp_path: Path) -> None:
-    app = create_app(engine.engine.service, api_key="sk-test-123")
+    app = create_app(engine.engine.service, api_key="sk-test-123", engine=engine.engine)
     server = serve_extra(engine, app)
     url = f"http://127.0.0.1:{server.port}"
     try:
@@ -48,6 +48,16 @@ def test_api_key_required_when_configured(engine: Any, tmp_path: Path) -> None:
         assert httpx.get(f"{url}/healthz").status_code == 200  # liveness needs no key
         good = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test-123", max_retries=0)
         assert good.models.list().data[0].id == "clawrl"
+        # the admin routes behind `clawrl-app tui --attach` need the same key
+        key = {"Authorization": "Bearer sk-test-123"}
+        for path in ("/admin/status", "/admin/sessions", "/admin/checkpoints"):
+            assert httpx.get(f"{url}{path}").status_code == 401
+            assert (
+                httpx.get(f"{url}{path}", headers={"Authorization": "Bearer no"}).status_code == 401
+            )
+            assert httpx.get(f"{url}{path}", headers=key).status_code == 200
+        denied = httpx.post(f"{url}/admin/rollback", json={"version": "base"})
+        assert denied.status_code == 401 and denied.json()["error"]["code"] == "invalid_api_key"
     finally:
         engine.call(server.stop())
 

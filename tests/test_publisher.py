@@ -44,7 +44,12 @@ class ServedOnlyScoring:
         self.versions.remove(version)
 
     async def score(
-        self, prompt_ids: list[int], response_ids: list[int], version: str | None = None
+        self,
+        prompt_ids: list[int],
+        response_ids: list[int],
+        version: str | None = None,
+        *,
+        urgent: bool = False,
     ) -> list[float]:
         if version != self.active:
             raise BackendError(f"{version} is not served yet")

@@ -213,3 +213,39 @@ def test_background_scoring_is_not_starved_by_continuous_user_traffic(
     waited, still_busy = run(go())
     assert still_busy, "the traffic must still be running when the score returns"
     assert waited < 10.0
+
+
+def test_urgent_canary_scoring_runs_before_queued_judge_work(
+    model_copy: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Publishing's canary check (urgent) runs at the next loop round under user traffic;
+    judge scoring waits for its background slot (made very rare here)."""
+    import clawrl_app.engine.backends.torch_backend as tb
+
+    monkeypatch.setattr(tb, "BACKGROUND_EVERY_S", 3600.0)
+    model, tok = model_copy
+    ps = prompts(tok)
+
+    async def go() -> tuple[bool, bool, bool]:
+        be = TorchBackend(model, tok, model_name="m", context_length=8192)
+        await be.start()
+        stop = asyncio.Event()
+
+        async def user() -> None:
+            while not stop.is_set():
+                await collect(be, ps[1], 40)
+
+        traffic = [asyncio.create_task(user()) for _ in range(2)]
+        await asyncio.sleep(1.0)
+        judge = asyncio.create_task(be.score(ps[0], ps[2][:20]))
+        await be.score(ps[0], ps[2][:20], urgent=True)
+        urgent_first = not judge.done()
+        still_busy = not all(t.done() for t in traffic)
+        stop.set()
+        await asyncio.gather(*traffic)
+        scores = await judge  # runs once the traffic stops
+        await be.stop()
+        return urgent_first, still_busy, len(scores) == 20
+
+    urgent_first, still_busy, judged = run(go())
+    assert still_busy and urgent_first and judged

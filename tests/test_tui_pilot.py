@@ -8,6 +8,8 @@ through GET /v1/models.
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,13 +18,15 @@ from typing import Any
 import httpx
 import pytest
 from textual import on
-from textual.widgets import DataTable, Input
+from textual.widgets import DataTable, Input, Label
 
 from clawrl_app.tui.app import ClawrlApp
 from clawrl_app.tui.client import LocalClient
 from clawrl_app.tui.messages import EngineEventReceived
 from clawrl_app.tui.screens.chat import ChatScreen
 from clawrl_app.tui.screens.checkpoints import CheckpointsScreen
+from clawrl_app.tui.screens.dashboard import DashboardScreen
+from clawrl_app.tui.screens.loading import LoadingScreen
 from clawrl_app.tui.screens.modals import ConfirmModal
 from clawrl_app.tui.screens.sessions import SessionsScreen
 from tests.conftest import start_engine
@@ -212,3 +216,22 @@ async def test_an_engine_event_reaches_the_app_once(ui_engine: Any) -> None:
         await asyncio.to_thread(app.post_message, EngineEventReceived("Probe", {}))
         await pilot.pause(1.0)
         assert app.probes == 1
+
+
+async def test_loading_screen_shows_start_up_stages_then_the_dashboard(ui_engine: Any) -> None:
+    """`launch` shows a loading screen with the engine's current start-up step (its
+    `clawrl.*` log lines) instead of a frozen terminal, then the dashboard."""
+    release = threading.Event()
+
+    def start() -> LocalClient:
+        logging.getLogger("clawrl.models").info("dequantizing GGUF weights")
+        assert release.wait(60)
+        return LocalClient(ui_engine)
+
+    app = ClawrlApp(start=start)
+    async with app.run_test(size=SIZE) as pilot:
+        assert isinstance(app.screen, LoadingScreen)
+        stage = app.screen.query_one("#loading-stage", Label)
+        await until(pilot, lambda: "dequantizing GGUF weights" in str(stage.render()))
+        release.set()
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen))

@@ -162,3 +162,36 @@ def test_chat(snap_compare: Any) -> None:
         await pilot.press("escape")  # focus leaves the input: no blinking cursor in the SVG
 
     assert snap_compare(app(), terminal_size=SIZE, run_before=chat)
+
+
+LOG_LINES = [
+    (20, "2026-11-22 04:00:01 INFO    clawrl.engine: serving SmolLM2-135M-Instruct at http://127.0.0.1:30000/v1"),
+    (20, "2026-11-22 04:00:09 INFO    clawrl.judge: judged sample 1: -1 (heuristic)"),
+    (40, "2026-11-22 04:00:12 ERROR   clawrl.publisher: publishing v3 failed: canary mismatch"),
+    (20, "2026-11-22 04:00:15 INFO    clawrl.judge: judged sample 2: +1 (heuristic)"),
+]  # fmt: skip
+
+
+def test_logs_filtered(snap_compare: Any) -> None:
+    """The Logs screen with fixed lines, filtered to the judge's."""
+    a = app()
+    a.logs.extend(LOG_LINES)
+
+    async def filtered(pilot: Any) -> None:
+        await pilot.press("5", "slash", *"judge")
+        await settle(pilot, "#log-filter", lambda w: w.value == "judge")
+        await pilot.press("escape")  # no blinking cursor in the SVG
+
+    assert snap_compare(a, terminal_size=SIZE, run_before=filtered)
+
+
+async def test_keys_are_remapped_by_binding_id() -> None:
+    """`[ui] keys` remaps bindings by id (here the Sessions screen to `s`)."""
+    from clawrl_app.tui.screens.sessions import SessionsScreen
+
+    app = ClawrlApp(FixedClient(), capture_logs=False, keys={"screen.sessions": "s"})
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")  # the old key no longer switches
+        assert not isinstance(app.screen, SessionsScreen)
+        await pilot.press("s")
+        assert isinstance(app.screen, SessionsScreen)

@@ -134,11 +134,13 @@ class Engine:
             key = get_api_key(self.paths)
             assert key is not None
             self.api_key = key.value
+        log.info("resolving the model (%s)", s.model.path or "embedded default")
         self.model = await asyncio.to_thread(
             resolve_model, s.model.path, self.paths, progress=self.progress
         )
         info = ModelInfo.from_hf_config(self.model.name, read_model_config(self.model.path))
         self.plan = plan(inventory(), info, s)
+        log.info("loading %s (%s backend)", self.model.name, self.plan.backend)
         backend, tokenizer = await asyncio.to_thread(self._build_backend)
         self.backend = backend
         await backend.start()
@@ -190,6 +192,7 @@ class Engine:
             log.info("serving %s again (as before the restart)", restored.version)
         self._tasks.append(asyncio.create_task(self.publisher.run()))
         if s.train.enabled:
+            log.info("starting the trainer process")
             self.trainer = TrainerSupervisor(
                 self._trainer_config(),
                 self.paths.data_dir,

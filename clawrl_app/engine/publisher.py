@@ -115,7 +115,7 @@ class Publisher:
         manifest = read_manifest(path)
         gap = 0.0
         for c in manifest.canary:
-            served = await self.backend.score(c["prompt_ids"], c["response_ids"], name)
+            served = await self.backend.score(c["prompt_ids"], c["response_ids"], name, urgent=True)
             gap = max(gap, canary_gap(c["logprobs"], served))
         return gap
 

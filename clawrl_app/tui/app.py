@@ -71,8 +71,11 @@ class ClawrlApp(App[None]):
         *,
         start: Callable[[], EngineClient] | None = None,
         capture_logs: bool = True,
+        keys: dict[str, str] | None = None,
     ) -> None:
         super().__init__()
+        self._keys = dict(keys or {})
+        """Binding id -> key(s), from the `[ui] keys` setting."""
         self.client: EngineClient | None = client
         """The engine this UI drives (None until `start` returns, in `launch`)."""
         self._start = start
@@ -81,8 +84,13 @@ class ClawrlApp(App[None]):
         self._handler = UiLogHandler(self) if capture_logs else None
 
     def on_mount(self) -> None:
+        if self._keys:
+            self.set_keymap(self._keys)
         if self._handler is not None:
-            logging.getLogger("clawrl").addHandler(self._handler)
+            logger = logging.getLogger("clawrl")
+            logger.addHandler(self._handler)
+            if logger.getEffectiveLevel() > logging.INFO:
+                logger.setLevel(logging.INFO)  # start-up stages are INFO lines
         if self.client is not None:
             self._connect(self.client)
         else:
@@ -140,6 +148,8 @@ class ClawrlApp(App[None]):
             self.notify(message.line[-200:], title="Error", severity="error")
         if self.screen_stack and isinstance(screen := self.screen, LogsScreen):
             screen.add_line(message.level, message.line)
+        elif self.screen_stack and isinstance(screen, LoadingScreen):
+            screen.show_stage(message.line)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         """The command palette: screens and the main actions besides Textual's own."""

@@ -112,11 +112,18 @@ class Backend(Protocol):
         ...
 
     async def score(
-        self, prompt_ids: list[int], response_ids: list[int], version: str | None = None
+        self,
+        prompt_ids: list[int],
+        response_ids: list[int],
+        version: str | None = None,
+        *,
+        urgent: bool = False,
     ) -> list[float]:
         """Log-probs of `response_ids` given `prompt_ids` (one forward pass, no sampling).
 
         version None = the base model with no adapter (the default teacher / judge).
+        urgent: publishing's canary check, run before queued judge work (a backend with no
+        lanes may ignore it).
         """
         ...
 

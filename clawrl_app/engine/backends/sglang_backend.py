@@ -268,7 +268,12 @@ class SGLangBackend:
         await asyncio.shield(task)  # a second cancellation must not lose the abort
 
     async def score(
-        self, prompt_ids: list[int], response_ids: list[int], version: str | None = None
+        self,
+        prompt_ids: list[int],
+        response_ids: list[int],
+        version: str | None = None,
+        *,
+        urgent: bool = False,
     ) -> list[float]:
         """Log-probs of `response_ids` after `prompt_ids` from one prefill (no sampling).
 

@@ -153,7 +153,12 @@ class TorchBackend:
             row.cancelled.set()  # no-op when finished; cancels when the client went away
 
     async def score(
-        self, prompt_ids: list[int], response_ids: list[int], version: str | None = None
+        self,
+        prompt_ids: list[int],
+        response_ids: list[int],
+        version: str | None = None,
+        *,
+        urgent: bool = False,
     ) -> list[float]:
         if not response_ids:
             return []
@@ -162,9 +167,8 @@ class TorchBackend:
         v = version or BASE_VERSION
         if v not in self._versions:
             raise UnknownVersion(v)
-        return await self._submit(
-            self._scores, lambda: self._score_now(prompt_ids, response_ids, v)
-        )
+        lane = self._commands if urgent else self._scores  # urgent: next loop round
+        return await self._submit(lane, lambda: self._score_now(prompt_ids, response_ids, v))
 
     async def score_topk(
         self, prompt_ids: list[int], response_ids: list[int], k: int, version: str | None = None

@@ -21,7 +21,13 @@ class LoadingScreen(Screen[None]):
                 id="loading-text",
             )
             yield LoadingIndicator(id="loading-spinner")
+            yield Label("", id="loading-stage")
         yield Footer()
+
+    def show_stage(self, line: str) -> None:
+        """The engine's latest start-up step (a `clawrl.*` log line, time stamp cut)."""
+        text = line.split(": ", 1)[-1]
+        self.query_one("#loading-stage", Label).update(f"… {text}")
 
     def failed(self, error: str) -> None:
         """Replace the spinner by the start-up error."""
