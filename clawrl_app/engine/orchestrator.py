@@ -230,6 +230,9 @@ class Engine:
             context_length=self.model.context_length,
             max_batch=self.settings.model.max_batch,
             max_queue=self.settings.server.max_queue,
+            # small CPU models: serve LoRA versions merged (peft's per-layer overhead is
+            # ~50% of a decoding step on the 135M model)
+            merge_lora=device == "cpu" and sum(p.numel() for p in model.parameters()) < 1e9,
         )
         return backend, tokenizer
 

@@ -34,6 +34,7 @@ from clawrl_app.engine.backends.base import (
     UnknownVersion,
 )
 from clawrl_app.engine.backends.kv_batch import DecodeBatch
+from clawrl_app.engine.backends.lora_merge import merged_copy
 from clawrl_app.engine.backends.sampling import continuation_logprobs, sample_next
 from clawrl_app.engine.chat_format import eos_token_ids
 
@@ -70,8 +71,11 @@ class TorchBackend:
         context_length: int,
         max_batch: int = 8,
         max_queue: int = 64,
+        merge_lora: bool = False,
     ) -> None:
         self._model = model
+        self._merge_lora = merge_lora
+        """Serve each LoRA version as its own merged copy of the weights (small CPU models)."""
         self._full: dict[str, Any] = {}  # full fine-tuning versions: their own weights
         self._tokenizer = tokenizer
         self._model_name = model_name
@@ -184,7 +188,14 @@ class TorchBackend:
     async def load_adapter(self, version: str, path: Path) -> None:
         if version in self._versions:
             raise BackendError(f"version name {version!r} is already used; never reuse one")
-        await self._submit(self._commands, lambda: self._load_now(version, path))
+        merged = None
+        if self._merge_lora and (path / "adapter_config.json").exists():
+            # built beside the worker thread (it only reads the base weights), then swapped in
+            merged = await asyncio.to_thread(merged_copy, self._model, path)
+        if merged is not None:
+            await self._submit(self._commands, lambda: self._full.__setitem__(version, merged))
+        else:
+            await self._submit(self._commands, lambda: self._load_now(version, path))
         self._versions[version] = path
 
     async def activate(self, version: str) -> None:
@@ -384,7 +395,8 @@ class TorchBackend:
                 pending.get_nowait().emit(exc)  # type: ignore[arg-type]
 
     def _module(self, version: str) -> Any:
-        """The weights that serve `version`: its own full model, or the shared base+adapters."""
+        """The weights that serve `version`: its own (full or merged) model, or the shared
+        base + adapters."""
         return self._full.get(version, self._model)
 
     def _adapter(self, version: str) -> AbstractContextManager[Any]:
