@@ -106,7 +106,8 @@ class TrainSettings(_Section):
     batch_size: int | None = None
     """Samples per optimizer step; empty = 16 on GPU, 4 for the embedded CPU model."""
     lr: float | None = None
-    """AdamW learning rate; empty = 1e-4 for LoRA, 1e-5 for full."""
+    """AdamW learning rate; empty = 1e-5 for full, 1e-4 for LoRA on GPUs, 5e-4 for LoRA on
+    the CPU (few small steps; measured by bench/learn.py)."""
     lora_rank: int = 16
     """LoRA rank r."""
     lora_alpha: int = 32

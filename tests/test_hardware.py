@@ -31,6 +31,7 @@ from clawrl_app.hardware import (
     ModelInfo,
     Plan,
     PlanError,
+    default_lr,
     format_plan,
     inventory,
     parse_nvidia_smi,
@@ -214,6 +215,17 @@ def test_env_overrides_are_honoured() -> None:
     assert p.colocated and p.serve_devices == (0,)
     p = plan(fake_inventory(8), model("0.1B"), settings(NUM_GPUS="0"))
     assert p.backend == "torch" and p.train_devices == () and p.default_batch_size == 4
+
+
+def test_default_learning_rate_by_mode_and_device() -> None:
+    cpu = plan(fake_inventory(0), model("0.1B"), settings())
+    assert cpu.train_mode == "lora" and cpu.default_lr == 5e-4
+    assert any("5e-4" in r and "bench/learn.py" in r for r in cpu.reasons)
+    gpu = plan(fake_inventory(2), model("8B"), settings())
+    assert gpu.default_lr == 1e-4
+    full = plan(fake_inventory(8), model("8B"), settings(CLAWRL_TRAIN__MODE="full"))
+    assert full.train_mode == "full" and full.default_lr == 1e-5
+    assert default_lr("full", False)[0] == 1e-5
 
 
 @pytest.mark.parametrize(

@@ -273,7 +273,7 @@ class Engine:
             method=t.method,
             mode=mode,
             batch_size=t.batch_size or self.plan.default_batch_size,
-            lr=t.lr or (1e-5 if mode == "full" else 1e-4),
+            lr=t.lr or (1e-5 if mode == "full" else self.plan.default_lr),
             lora_rank=t.lora_rank,
             lora_alpha=t.lora_alpha,
             weight_decay=0.1 if mode == "full" else 0.0,
