@@ -15,9 +15,10 @@ For each training method (`rl`, `opd`, `combine`), on a fresh engine home:
 3. Every `--eval-every` feedback turns: wait until the trainer has consumed every usable
    eligible sample and the newest checkpoint is served, then measure held-out compliance
    and general quality again.
-4. Latency: 16-token chat probes with the trainer idle (before any training, and between
-   steps) vs while the trainer process is busy in a step (its CPU use during the probe,
-   read from /proc via psutil); and checkpoint-to-first-answer: from a checkpoint's
+4. Latency: 16-token chat probes, and the feedback turns themselves, with the trainer idle
+   (before any training, and between steps) vs during a training step (the request
+   overlaps the StepStarted -> StepFinished events by at least half); and
+   checkpoint-to-first-answer: from a checkpoint's
    registration (`CheckpointRow.created`) to the first answer whose `model` field names
    that version (1-token probes in a tight loop once the checkpoint is noticed).
 
@@ -25,7 +26,7 @@ Results are printed as markdown and appended to `bench/results/learn.md` (with t
 command line and date); the raw numbers go to `bench/results/learn-<timestamp>.json`.
 
 Run: `CLAWRL_HOME=/tmp/clawrl-dev HF_HUB_OFFLINE=1 .venv/bin/python bench/learn.py
-      [--methods rl,opd,combine] [--turns 32] [--eval-every 8] [--lr 1e-4] [--batch-size 4]`
+      [--methods rl,opd,combine] [--turns 32] [--eval-every 8] [--lr 5e-4] [--batch-size 4]`
 (`CLAWRL_HOME` only locates the converted embedded model; each method gets a fresh home.)
 """
 
@@ -524,7 +525,7 @@ def run_method(method: str, args: argparse.Namespace, model_dir: Path) -> dict[s
         "CLAWRL_SERVER__PORT": "0",
         "CLAWRL_TRAIN__METHOD": method,
         "CLAWRL_TRAIN__BATCH_SIZE": str(args.batch_size),
-        "CLAWRL_TRAIN__LR": str(args.lr),
+        "CLAWRL_TRAIN__LR": "" if args.lr is None else str(args.lr),  # "" = the app's default
         "CLAWRL_TRAIN__LORA_RANK": str(args.lora_rank),
         "CLAWRL_REVIEW__GRACE_S": "0",
         "CLAWRL_JUDGE__BACKEND": "heuristic",
@@ -802,7 +803,8 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, cmd: str, date:
         "",
         f"Command: `{cmd}`",
         "",
-        f"Settings: turns {args.turns}, eval every {args.eval_every}, lr {args.lr}, "
+        f"Settings: turns {args.turns}, eval every {args.eval_every}, "
+        f"lr {args.lr or 'app default (5e-4 for LoRA on the CPU)'}, "
         f"batch {args.batch_size}, LoRA rank {args.lora_rank}, max_tokens {args.max_tokens}, "
         f"seed {args.seed}, threads {args.threads or 'default'}; "
         f"{len(TRAIN_PROMPTS)} training prompts, "
@@ -908,7 +910,9 @@ def main() -> None:
     ap.add_argument("--methods", default="rl,opd,combine", help="comma-separated")
     ap.add_argument("--turns", type=int, default=32, help="feedback turns per method")
     ap.add_argument("--eval-every", type=int, default=8, help="evaluate after every K turns")
-    ap.add_argument("--lr", type=float, default=1e-4, help="trainer learning rate")
+    ap.add_argument(
+        "--lr", type=float, default=None, help="trainer learning rate (default: the app's)"
+    )
     ap.add_argument("--batch-size", type=int, default=4, help="samples per optimizer step")
     ap.add_argument("--lora-rank", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=48, help="answer budget (train and eval)")
