@@ -231,8 +231,11 @@ def test_two_lora_steps_change_every_trainable_parameter_and_resume(
         model_path=str(training_engine.engine.model.path),
         batch_size=2,
         resume_from="none",
+        serving_flag_file=str(tmp_path / "no-such.flag"),  # missing: train, never pause
+        yield_max_s=30.0,
     )
     trainer = Trainer(cfg)
+    assert trainer.serving is None and trainer.yield_to_serving() == 0.0
     with Store(db) as store:
         items = judged_items(store)[:2]
     assert len(items) == 2

@@ -118,8 +118,12 @@ class Trainer:
         self.pause_budget = PauseBudget(cfg.yield_max_s)
         self.serving: BusyFlag | None = None
         if cfg.serving_flag_file and cfg.yield_max_s > 0:
-            self.serving = BusyFlag(cfg.serving_flag_file)
-            install_pause_points(self.model, self.yield_to_serving)
+            try:
+                self.serving = BusyFlag(cfg.serving_flag_file)
+            except OSError as exc:  # no flag: train without pausing rather than not at all
+                log.warning("cannot open the serving flag (%s); steps will not pause", exc)
+            else:
+                install_pause_points(self.model, self.yield_to_serving)
 
     def yield_to_serving(self) -> float:
         """Sleep while the endpoint is answering (within this step's pause budget)."""
