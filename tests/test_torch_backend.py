@@ -231,11 +231,13 @@ def test_urgent_canary_scoring_runs_before_queued_judge_work(
         await be.start()
         stop = asyncio.Event()
 
-        async def user() -> None:
+        async def user(k: int) -> None:
+            # different prompts and lengths: the users never finish in the same step, so
+            # a user batch is decoding at every moment (no gap for the judge lane)
             while not stop.is_set():
-                await collect(be, ps[1], 40)
+                await collect(be, ps[1 + k], 30 + 11 * k)
 
-        traffic = [asyncio.create_task(user()) for _ in range(2)]
+        traffic = [asyncio.create_task(user(k)) for k in range(3)]
         await asyncio.sleep(1.0)
         judge = asyncio.create_task(be.score(ps[0], ps[2][:20]))
         await be.score(ps[0], ps[2][:20], urgent=True)
