@@ -1,8 +1,9 @@
 """Serving benchmark on the embedded model (CPU).
 
 (a) Endpoint overhead: the same prompts answered with 1 token through the HTTP endpoint
-    (official openai client path: JSON, session inference, recording in SQLite) vs the
-    backend called directly (chat template + generate). Interleaved, median of N.
+    (an httpx client in its own process; the server parses and validates the JSON, infers
+    the session and records the turn in SQLite) vs the backend called directly (chat
+    template + generate). Interleaved, median of N.
 (b) Throughput: output tokens/s with 1 vs 4 concurrent streaming clients.
 
 Run: `.venv/bin/python bench/serve.py [--rounds 30] [--tokens 64] [--repeats 3]`
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing as mp
 import statistics
 import sys
 import tempfile
@@ -65,23 +67,47 @@ def endpoint_once(client: httpx.Client, url: str, prompt: str) -> float:
     return time.perf_counter() - t0
 
 
+def client_process(url: str, conn: Any) -> None:
+    """The HTTP client, in its own process like a real one (OpenClaw, an SDK): it does not
+    compete with the server for this process's GIL. Answers each prompt with its timing."""
+    with httpx.Client(timeout=60) as client:
+        while (prompt := conn.recv()) is not None:
+            conn.send(endpoint_once(client, url, prompt))
+
+
 def overhead(et: EngineThread, rounds: int) -> dict[str, float]:
     url = f"{et.url}/chat/completions"
     direct, endpoint = [], []
-    with httpx.Client(timeout=60) as client:
+    here, there = mp.Pipe()
+    child = mp.get_context("spawn").Process(target=client_process, args=(url, there))
+    child.start()
+
+    def via_client(prompt: str) -> float:
+        here.send(prompt)
+        return float(here.recv())
+
+    try:
         for p in PROMPTS:  # warm-up
-            endpoint_once(client, url, p)
+            via_client(p)
             et.call(direct_once(et.engine, p))
         for i in range(rounds):
             p = PROMPTS[i % len(PROMPTS)]
             direct.append(et.call(direct_once(et.engine, p)))
-            endpoint.append(endpoint_once(client, url, p))
+            endpoint.append(via_client(p))
+    finally:
+        here.send(None)
+        child.join(30)
     ratios = [e / d for e, d in zip(endpoint, direct, strict=True)]
     d50, e50 = statistics.median(direct), statistics.median(endpoint)
     return {
         "direct_p50_ms": d50 * 1000,
         "endpoint_p50_ms": e50 * 1000,
         "overhead_p50_ms": (e50 - d50) * 1000,
+        # the same round's endpoint minus direct time: less noisy than a difference of medians
+        "paired_overhead_p50_ms": statistics.median(
+            e - d for e, d in zip(endpoint, direct, strict=True)
+        )
+        * 1000,
         "median_ratio": statistics.median(ratios),
     }
 
@@ -124,7 +150,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--rounds", type=int, default=30, help="overhead samples")
+    ap.add_argument("--rounds", type=int, default=60, help="overhead samples")
     ap.add_argument("--tokens", type=int, default=64, help="tokens per streaming client")
     ap.add_argument("--repeats", type=int, default=3, help="throughput runs per setting (median)")
     args = ap.parse_args()
@@ -155,7 +181,13 @@ def print_table(o: dict[str, float], one: float, four: float) -> None:
     print("|---|---|---|")
     print(f"| direct backend, 1-token answer, p50 | {o['direct_p50_ms']:.1f} ms | |")
     print(f"| endpoint, 1-token answer, p50 | {o['endpoint_p50_ms']:.1f} ms | |")
-    print(f"| endpoint overhead, p50 | {o['overhead_p50_ms']:.2f} ms | <= 3 ms |")
+    print(
+        f"| endpoint overhead, difference of the p50s | {o['overhead_p50_ms']:.2f} ms | <= 3 ms |"
+    )
+    print(
+        f"| endpoint overhead, p50 of paired differences | "
+        f"{o['paired_overhead_p50_ms']:.2f} ms | <= 3 ms |"
+    )
     print(f"| endpoint / direct, median ratio | {o['median_ratio']:.3f}x | <= 1.05x |")
     print(f"| 1 streaming client | {one:.1f} tok/s | |")
     print(
