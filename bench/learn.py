@@ -754,6 +754,7 @@ def latency_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     idle = [p for p in loop if p["in_step"] == 0]
 
     def stats(ps: list[dict[str, Any]]) -> dict[str, Any]:
+        """Count, median latency and median ms/token of probes or turns."""
         return {
             "n": len(ps),
             "p50_ms": None if not ps else 1000 * statistics.median(p["latency_s"] for p in ps),
@@ -764,23 +765,14 @@ def latency_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
     turns = [t for r in runs for t in r["turns"] if "trainer_cores" in t]
 
-    def turn_stats(ts: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "n": len(ts),
-            "p50_ms": None if not ts else 1000 * statistics.median(t["latency_s"] for t in ts),
-            "ms_per_token": None
-            if not ts
-            else 1000 * statistics.median(t["latency_s"] / max(t["tokens"], 1) for t in ts),
-        }
-
     fa = [f["seconds"] for r in runs for f in r["first_answer"] if f["outcome"] == "served"]
     pub = [f["publish_s"] for r in runs for f in r["first_answer"] if f["publish_s"] is not None]
     return {
         "before": stats(before),
         "idle_between_steps": stats(idle),
         "training": stats(busy),
-        "turns_idle": turn_stats([t for t in turns if t["in_step"] == 0]),
-        "turns_training": turn_stats([t for t in turns if t["in_step"] >= 0.5]),
+        "turns_idle": stats([t for t in turns if t["in_step"] == 0]),
+        "turns_training": stats([t for t in turns if t["in_step"] >= 0.5]),
         "first_answer_s": {
             "n": len(fa),
             "p50": _median(fa),
