@@ -432,3 +432,17 @@ def test_topk_opd_step_uses_the_teachers_recorded_top_k(
     assert m1["loss"] > 0 and torch.isfinite(torch.tensor(m2["loss"]))  # reverse KL is positive
     after = dict(trainer.model.named_parameters())
     assert any(not torch.equal(p, after[n].detach()) for n, p in before.items())
+
+
+def test_everything_the_engine_wrote_is_private(training_engine: Any) -> None:
+    """Store, checkpoints, trainer log, flag and state files: owner-only, whatever the umask."""
+    eng = training_engine.engine
+    wait_for(lambda: eng.store.list_checkpoints(), timeout=240)
+    loose = []
+    for root in (eng.paths.data_dir, eng.paths.log_dir, eng.paths.config_dir):
+        for p in [root, *root.rglob("*")]:
+            mode = p.stat().st_mode & 0o777
+            if mode != (0o700 if p.is_dir() else 0o600):
+                loose.append(f"{p} {oct(mode)}")
+    assert (eng.paths.log_dir / "trainer.log").exists()
+    assert loose == []

@@ -54,19 +54,21 @@ def write_checkpoint(
     import torch
 
     root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o700)
     final = root / checkpoint_name(step, mode)
     if final.exists() and (final / MANIFEST).exists():  # another branch (after a rollback)
         final = root / f"{final.name}-{manifest.version}"
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
-    tmp.mkdir()
+    tmp.mkdir(mode=0o700)
+    os.chmod(tmp, 0o700)  # whatever the umask: weights learned from the user's data
     save_weights(tmp)
     for name, obj in extra.items():
         torch.save(obj, tmp / name)
     (tmp / MANIFEST).write_text(json.dumps(asdict(manifest), indent=1))
-    for f in tmp.iterdir():
-        os.chmod(f, 0o600)
+    for f in tmp.rglob("*"):
+        os.chmod(f, 0o700 if f.is_dir() else 0o600)
     if final.exists():  # a leftover of a crash after the rename but before registration
         shutil.rmtree(final)
     os.replace(tmp, final)

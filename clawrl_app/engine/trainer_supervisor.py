@@ -128,7 +128,9 @@ class TrainerSupervisor:
         )
         self.state = "running"
         assert self._proc.stdout is not None
-        with open(self.log_file, "ab") as logf:
+        fd = os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.chmod(self.log_file, 0o600)  # the trainer's log is the user's data too
+        with os.fdopen(fd, "ab") as logf:
             async for line in self._proc.stdout:
                 logf.write(line)
                 logf.flush()
