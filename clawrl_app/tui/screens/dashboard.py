@@ -48,6 +48,11 @@ class DashboardScreen(EngineScreen):
         def can_replace(self, message: Message) -> bool:
             return isinstance(message, DashboardScreen.DataLoaded)
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._drawn: dict[str, list[list[float]]] = {}
+        """The points each chart shows now (charts redraw only when they change)."""
+
     def compose(self) -> ComposeResult:
         yield Header()
         with Vertical(id="dash"):
@@ -85,8 +90,12 @@ class DashboardScreen(EngineScreen):
         self.query_one("#plan", Static).update(f"[b]Plan[/b] ({status.get('model')})\n{plan}")
         self.query_one("#counters", Static).update(views.counter_line(status))
         for name in CURVES:
+            points = message.metrics.get(name, [])
+            if self._drawn.get(name) == points:
+                continue  # redrawing a plotext chart costs the UI thread tens of ms
+            self._drawn[name] = points
             widget = self.query_one(f"#{plot_id(name)}", PlotextPlot)
-            steps, values = views.curve(message.metrics.get(name, []))
+            steps, values = views.curve(points)
             plt = widget.plt
             plt.clear_data()
             plt.title(name)
