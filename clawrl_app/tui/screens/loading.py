@@ -12,6 +12,8 @@ class LoadingScreen(Screen[None]):
     """A spinner and what is happening; shows the error if the engine fails to start."""
 
     CSS_PATH = "loading.tcss"
+    stage = ""
+    """The latest start-up step (it may arrive before the screen is mounted)."""
 
     def compose(self) -> ComposeResult:
         with Vertical(id="loading-box"):
@@ -26,8 +28,12 @@ class LoadingScreen(Screen[None]):
 
     def show_stage(self, line: str) -> None:
         """The engine's latest start-up step (a `clawrl.*` log line, time stamp cut)."""
-        text = line.split(": ", 1)[-1]
-        self.query_one("#loading-stage", Label).update(f"… {text}")
+        self.stage = f"… {line.split(': ', 1)[-1]}"
+        if self.is_mounted:
+            self.query_one("#loading-stage", Label).update(self.stage)
+
+    def on_mount(self) -> None:
+        self.query_one("#loading-stage", Label).update(self.stage)
 
     def failed(self, error: str) -> None:
         """Replace the spinner by the start-up error."""
