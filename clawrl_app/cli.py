@@ -313,8 +313,8 @@ def cmd_config(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths
         return 0
     for key, value, source, doc in describe(loaded):
         print(f"{key} = {json.dumps(value)}    # {source}")
-        if doc:
-            print(f"    {doc}")
+        if doc:  # a multi-line docstring keeps its lines under the key, joined
+            print(f"    {' '.join(line.strip() for line in doc.splitlines())}")
     return 0
 
 
