@@ -124,11 +124,13 @@ def test_pause_points_hold_a_real_forward_and_backward(embedded_model: Any, tmp_
     handles = install_pause_points(model, pause)
     assert handles == n_layers
     flag.set(True)
-    threading.Timer(0.3, flag.set, args=(False,)).start()
     t0 = time.monotonic()
+    threading.Timer(0.3, flag.set, args=(False,)).start()
     model.zero_grad(set_to_none=True)
     model(ids).logits.sum().backward()
     assert time.monotonic() - t0 >= 0.3  # held until serving ended
     assert len(calls) == 2 * n_layers  # before each layer, and at each layer's gradient
-    assert budget.paused_s >= 0.29
+    # the first layer waited from its pre-hook until the flag dropped (the ms before the
+    # first hook ran are not paused; under load they can be tens of ms)
+    assert budget.paused_s > 0.2
     assert torch.allclose(head.grad, reference)  # type: ignore[arg-type]
