@@ -42,166 +42,43 @@ import signal
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from learn_drive import (  # noqa: E402
+    SIDE,
+    CheckpointWatcher,
+    Probe,
+    StepWindows,
+    TrainerCPU,
+    latency_probe,
+    post_chat,
+)
+from learn_report import _median, report  # noqa: E402
+from learn_user import (  # noqa: E402
+    HELDOUT_PROMPTS,
+    QUALITY_PROMPTS,
+    TRAIN_PROMPTS,
+    complies,
+    reaction,
+)
+
 from clawrl_app.config import load_settings  # noqa: E402
 from clawrl_app.engine.engine_thread import EngineThread  # noqa: E402
-from clawrl_app.engine.events import PolicyPublished, StepFinished, StepStarted  # noqa: E402
 from clawrl_app.models import resolve_model  # noqa: E402
 from clawrl_app.paths import app_paths  # noqa: E402
 
-# --- the simulated user ---------------------------------------------------------------------
-
-MAX_WORDS = 20
-_TERMINATOR_RE = re.compile(r"[.!?]+(?=[\s\"')\]]|$)")
-
-
-def complies(text: str) -> bool:
-    """The preference, checked by code: the answer is ONE short sentence.
-
-    - not empty;
-    - at most `MAX_WORDS` (20) whitespace-separated words;
-    - no line break inside the answer (a list or a second paragraph is not one sentence);
-    - at most one sentence terminator: a run of `.`, `!` or `?` followed by whitespace, a
-      closing quote/bracket or the end ("..." counts once; "3.14" or "e.g" mid-word do not).
-    """
-    t = text.strip()
-    if not t or "\n" in t:
-        return False
-    if len(t.split()) > MAX_WORDS:
-        return False
-    return len(_TERMINATOR_RE.findall(t)) <= 1
-
-
-THANKS = "Thanks, that's perfect!"
-TOO_LONG = "No, that's too long. Answer in one short sentence."
-TOO_MANY = "No, that's more than one sentence. Answer in one short sentence."
-
-
-def reaction(text: str) -> str:
-    """The simulated user's reply to an answer: thanks, or a correction stating the preference."""
-    if complies(text):
-        return THANKS
-    t = text.strip()
-    return TOO_LONG if (len(t.split()) > MAX_WORDS or not t) else TOO_MANY
-
-
-# Training prompts: short everyday questions, a mix of one-fact questions (the base model
-# often answers those in one sentence) and "explain" questions (it rarely does).
-TRAIN_PROMPTS = [
-    "What is photosynthesis?",
-    "Why is the sky blue?",
-    "What does a compiler do?",
-    "What is gravity?",
-    "What is the capital of Japan?",
-    "How do vaccines work?",
-    "What is a black hole?",
-    "Who wrote Romeo and Juliet?",
-    "What is machine learning?",
-    "Why do leaves change colour in autumn?",
-    "What is the boiling point of water?",
-    "What causes earthquakes?",
-    "What is democracy?",
-    "What is a prime number?",
-    "How does a rainbow form?",
-    "What do bees make?",
-    "What is DNA?",
-    "Why do we have seasons?",
-    "What language is spoken in Brazil?",
-    "What is a volcano?",
-    "What does the heart do?",
-    "What is recycling?",
-    "How many continents are there?",
-    "What is a noun?",
-    "What is the internet?",
-    "Who painted the Mona Lisa?",
-    "What is an atom?",
-    "What is inflation?",
-    "How do airplanes fly?",
-    "What is the largest ocean?",
-    "What is a computer virus?",
-    "Why do cats purr?",
-    "What is electricity?",
-    "What is the moon made of?",
-    "How do plants drink water?",
-    "What is a galaxy?",
-]
-
-# Held-out prompts: the same kind of questions, none of them trained on.
-HELDOUT_PROMPTS = [
-    "What is a tornado?",
-    "What is the capital of Italy?",
-    "How does the stomach digest food?",
-    "What is climate change?",
-    "Who invented the telephone?",
-    "What is a rainforest?",
-    "Why do birds migrate?",
-    "What is an earthquake scale?",
-    "What is a battery?",
-    "How do magnets work?",
-    "What is a desert?",
-    "What is a hurricane?",
-]
-
-# General quality: unrelated questions whose answer must contain a fact (regex, case-insensitive).
-QUALITY_PROMPTS: list[tuple[str, str]] = [
-    ("What is the capital of France?", r"\bparis\b"),
-    ("What is 2+3?", r"\b5\b|\bfive\b"),
-    ("How many legs does a spider have?", r"\b8\b|\beight\b"),
-    ("What colour is the sky on a clear day?", r"\bblue\b"),
-    ("What is the opposite of hot?", r"\bcold\b"),
-    ("Which planet do we live on?", r"\bearth\b"),
-]
-
-LATENCY_PROMPT = "Tell me about the weather in spring."
-LATENCY_TOKENS = 16
-
 # --- driving the engine ---------------------------------------------------------------------
-
-
-def post_chat(
-    client: httpx.Client,
-    url: str,
-    messages: list[dict[str, Any]],
-    *,
-    max_tokens: int,
-    temperature: float,
-    headers: dict[str, str],
-    seed: int | None = None,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": "clawrl",
-        "messages": messages,
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-    }
-    if seed is not None:
-        body["seed"] = seed
-    for _ in range(20):
-        r = client.post(f"{url}/chat/completions", headers=headers, json=body)
-        if r.status_code == 503:  # queue full: the endpoint says when to retry
-            time.sleep(float(r.headers.get("Retry-After", "1")))
-            continue
-        r.raise_for_status()
-        return dict(r.json())
-    raise RuntimeError("endpoint kept answering 503")
-
-
-SIDE = {"X-Turn-Type": "side"}
 
 
 def _ask(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
@@ -239,182 +116,6 @@ def evaluate(url: str, max_tokens: int, workers: int) -> dict[str, Any]:
         "heldout": held,
         "general": qual,
     }
-
-
-class TrainerCPU:
-    """CPU seconds used by the trainer process tree (the `accelerate launch` child)."""
-
-    def __init__(self, et: EngineThread) -> None:
-        self.et = et
-
-    def _procs(self) -> list[psutil.Process]:
-        tr = self.et.engine.trainer
-        pid = tr.pid if tr is not None else None
-        if pid is None:
-            return []
-        try:
-            root = psutil.Process(pid)
-            return [root, *root.children(recursive=True)]
-        except psutil.Error:
-            return []
-
-    def wait_idle(self, timeout_s: float = 300.0) -> float:
-        """Wait until the trainer process has started up and idles (< 0.05 core over 1 s,
-        i.e. it only polls the store); returns the seconds waited."""
-        t0 = time.time()
-        while time.time() - t0 < timeout_s:
-            c0 = self.seconds()
-            time.sleep(1.0)
-            if self._procs() and self.seconds() - c0 < 0.05:
-                break
-        return time.time() - t0
-
-    def seconds(self) -> float:
-        total = 0.0
-        for p in self._procs():
-            with contextlib.suppress(psutil.Error):
-                t = p.cpu_times()
-                total += t.user + t.system
-        return total
-
-
-class StepWindows:
-    """Wall-clock intervals of the trainer's steps (StepStarted -> StepFinished events)."""
-
-    def __init__(self) -> None:
-        self.windows: list[tuple[float, float]] = []
-        self._open: float | None = None
-
-    def on_event(self, ev: Any) -> None:
-        if isinstance(ev, StepStarted):
-            self._open = time.time()
-        elif isinstance(ev, StepFinished) and self._open is not None:
-            self.windows.append((self._open, time.time()))
-            self._open = None
-
-    def share(self, t0: float, t1: float) -> float:
-        """The fraction of [t0, t1] spent inside a training step."""
-        spans = [*self.windows, *([(self._open, time.time())] if self._open else [])]
-        inside = sum(max(0.0, min(t1, b) - max(t0, a)) for a, b in spans)
-        return inside / max(t1 - t0, 1e-9)
-
-
-@dataclass
-class Probe:
-    t0: float
-    t1: float
-    latency_s: float
-    tokens: int
-    trainer_cores: float  # trainer CPU seconds / wall seconds during the probe
-    phase: str  # "before" (no training yet) or "loop"
-    in_step: float = 0.0  # fraction of the request during a training step (set afterwards)
-
-
-def latency_probe(client: httpx.Client, url: str, cpu: TrainerCPU, phase: str) -> Probe:
-    c0, t0 = cpu.seconds(), time.time()
-    j = post_chat(
-        client,
-        url,
-        [{"role": "user", "content": LATENCY_PROMPT}],
-        max_tokens=LATENCY_TOKENS,
-        temperature=0.0,
-        headers=SIDE,
-    )
-    t1, c1 = time.time(), cpu.seconds()
-    return Probe(
-        t0, t1, t1 - t0, int(j["usage"]["completion_tokens"]), (c1 - c0) / (t1 - t0), phase
-    )
-
-
-@dataclass
-class FirstAnswer:
-    version: str
-    created: float
-    published_at: float | None = None  # PolicyPublished event seen by the engine
-    first_answer_at: float | None = None
-    probes: int = 0
-    outcome: str = "pending"  # served | superseded | refused | timeout
-
-    @property
-    def seconds(self) -> float | None:
-        return None if self.first_answer_at is None else self.first_answer_at - self.created
-
-
-class CheckpointWatcher(threading.Thread):
-    """Notices each new checkpoint and probes the endpoint until an answer names it."""
-
-    def __init__(self, et: EngineThread, timeout_s: float = 120.0) -> None:
-        super().__init__(name="ckpt-watcher", daemon=True)
-        self.et = et
-        self.timeout_s = timeout_s
-        self.results: dict[str, FirstAnswer] = {}
-        self.published: dict[str, float] = {}
-        self._halt = threading.Event()
-
-    def on_event(self, ev: Any) -> None:
-        if isinstance(ev, PolicyPublished):
-            self.published.setdefault(ev.version, time.time())
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join(30)
-
-    def busy(self) -> bool:
-        return any(r.outcome == "pending" for r in self.results.values())
-
-    def run(self) -> None:
-        store = self.et.engine.store
-        assert store is not None
-        with httpx.Client(timeout=120) as client:
-            while not self._halt.is_set():
-                rows = [c for c in store.list_checkpoints() if c.version not in self.results]
-                if not rows:
-                    time.sleep(0.02)
-                    continue
-                row = max(rows, key=lambda c: c.created)
-                for c in rows:  # older ones noticed together with a newer one
-                    self.results[c.version] = FirstAnswer(c.version, c.created)
-                    if c is not row:
-                        self.results[c.version].outcome = "superseded"
-                self._chase(client, store, self.results[row.version])
-
-    def _chase(self, client: httpx.Client, store: Any, fa: FirstAnswer) -> None:
-        want = f"clawrl-{fa.version}"
-        noticed = time.time()
-        deadline = time.time() + self.timeout_s
-        while not self._halt.is_set() and time.time() < deadline:
-            j = post_chat(
-                client,
-                self.et.url,
-                [{"role": "user", "content": "Hi"}],
-                max_tokens=1,
-                temperature=0.0,
-                headers=SIDE,
-            )
-            fa.probes += 1
-            if j["model"] != want:
-                time.sleep(0.1)  # 1-token probes ~10/s: enough resolution, little load
-            if j["model"] == want:
-                fa.first_answer_at = time.time()
-                fa.outcome = "served"
-                break
-            row = store.get_checkpoint(fa.version)
-            if row is not None and row.status == "refused":
-                fa.outcome = "refused"
-                break
-            if any(c.created > fa.created for c in store.list_checkpoints()):
-                fa.outcome = "superseded"
-                break
-        else:
-            if fa.outcome == "pending":
-                fa.outcome = "timeout"
-        fa.published_at = self.published.get(fa.version)
-        print(
-            f"  [ckpt] {fa.version}: {fa.outcome} "
-            f"{'' if fa.seconds is None else f'{fa.seconds:.2f}s after registration '}"
-            f"({fa.probes} probes, noticed {noticed - fa.created:.2f}s after)",
-            flush=True,
-        )
 
 
 def usable(store: Any, method: str) -> int:
@@ -733,164 +434,6 @@ def run_method(method: str, args: argparse.Namespace, model_dir: Path) -> dict[s
         with contextlib.suppress(Exception):
             watcher.stop()
         et.stop()
-
-
-# --- report ---------------------------------------------------------------------------------
-
-
-def _median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
-
-
-def _fmt(x: float | None, spec: str = ".2f", unit: str = "") -> str:
-    return "n/a" if x is None else f"{x:{spec}}{unit}"
-
-
-def latency_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    probes = [p for r in runs for p in r["probes"]]
-    before = [p for p in probes if p["phase"] == "before" and p["trainer_cores"] < 0.05]
-    loop = [p for p in probes if p["phase"] == "loop"]
-    busy = [p for p in loop if p["in_step"] >= 0.5]
-    idle = [p for p in loop if p["in_step"] == 0]
-
-    def stats(ps: list[dict[str, Any]]) -> dict[str, Any]:
-        """Count, median latency and median ms/token of probes or turns."""
-        return {
-            "n": len(ps),
-            "p50_ms": None if not ps else 1000 * statistics.median(p["latency_s"] for p in ps),
-            "ms_per_token": None
-            if not ps
-            else 1000 * statistics.median(p["latency_s"] / max(p["tokens"], 1) for p in ps),
-        }
-
-    turns = [t for r in runs for t in r["turns"] if "trainer_cores" in t]
-
-    fa = [f["seconds"] for r in runs for f in r["first_answer"] if f["outcome"] == "served"]
-    pub = [f["publish_s"] for r in runs for f in r["first_answer"] if f["publish_s"] is not None]
-    return {
-        "before": stats(before),
-        "idle_between_steps": stats(idle),
-        "training": stats(busy),
-        "turns_idle": stats([t for t in turns if t["in_step"] == 0]),
-        "turns_training": stats([t for t in turns if t["in_step"] >= 0.5]),
-        "first_answer_s": {
-            "n": len(fa),
-            "p50": _median(fa),
-            "max": max(fa) if fa else None,
-            "min": min(fa) if fa else None,
-        },
-        "publish_s": {"n": len(pub), "p50": _median(pub)},
-        "outcomes": {
-            o: sum(f["outcome"] == o for r in runs for f in r["first_answer"])
-            for o in ("served", "superseded", "refused", "timeout", "pending")
-        },
-    }
-
-
-def report(runs: list[dict[str, Any]], args: argparse.Namespace, cmd: str, date: str) -> str:
-    evs = runs[0]["evals"]
-    cols = [e["after_turns"] for e in evs[1:]]
-    lines = [
-        f"## Run {date}",
-        "",
-        f"Command: `{cmd}`",
-        "",
-        f"Settings: turns {args.turns}, eval every {args.eval_every}, "
-        f"lr {args.lr or 'app default (5e-4 for LoRA on the CPU)'}, "
-        f"batch {args.batch_size}, LoRA rank {args.lora_rank}, max_tokens {args.max_tokens}, "
-        f"seed {args.seed}, threads {args.threads or 'default'}; "
-        f"{len(TRAIN_PROMPTS)} training prompts, "
-        f"{len(HELDOUT_PROMPTS)} held-out, {len(QUALITY_PROMPTS)} quality prompts."
-        + (f" Note: {args.note}" if args.note else ""),
-        "",
-        "Held-out compliance (greedy, one short sentence), general quality and training:",
-        "",
-        "| method | before | "
-        + " | ".join(f"after {c}" for c in cols)
-        + " | quality before | quality after | steps | on-policy compliance per block "
-        "| samples rl/opd/both | wall |",
-        "|---|---|" + "---|" * len(cols) + "---|---|---|---|---|---|",
-    ]
-    for r in runs:
-        ev = r["evals"]
-        blocks = []
-        for k in range(0, len(r["turns"]), args.eval_every):
-            blk = r["turns"][k : k + args.eval_every]
-            blocks.append(f"{sum(t['ok'] for t in blk)}/{len(blk)}")
-        m = r["metrics"]
-        lines.append(
-            f"| {r['method']} | {ev[0]['compliance']:.2f} | "
-            + " | ".join(f"{e['compliance']:.2f}" for e in ev[1:])
-            + f" | {ev[0]['quality']:.2f} | {ev[-1]['quality']:.2f} | {len(r['checkpoints'])} | "
-            f"{' '.join(blocks)} | {sum(m['samples/rl']):.0f}/{sum(m['samples/opd']):.0f}/"
-            f"{sum(m['samples/both']):.0f} | {r['wall_s'] / 60:.1f} min (load "
-            f"{r['loadavg_start'][0]:.1f} -> {r['loadavg_end'][0]:.1f}) |"
-        )
-    lines += [
-        "",
-        "Per step (loss, reward mean, grad norm, step time incl. pauses for serving / paused):",
-        "",
-    ]
-    for r in runs:
-        m = r["metrics"]
-        paused = m.get("time/paused_s") or [0.0] * len(m["loss"])
-        steps = [
-            f"{lo:+.3f}/{rw:+.2f}/{g:.2f}/{ts:.0f}s/{ps:.0f}s"
-            for lo, rw, g, ts, ps in zip(
-                m["loss"],
-                m["reward/mean"],
-                m["optim/grad_norm"],
-                m["time/step_s"],
-                paused,
-                strict=False,
-            )
-        ]
-        ss = r["stop_signal"]
-        lines.append(
-            f"- {r['method']}: OPD token advantage at the first token after the first "
-            f"sentence: median {_fmt(ss['stop_median'], '+.2f')} ({ss['stop_negative']}/"
-            f"{ss['n']} negative) vs mean {_fmt(ss['other_mean'], '+.3f')} (mean |A| "
-            f"{_fmt(ss['other_mean_abs'], '.3f')}) on the other {ss['other_tokens']} tokens"
-        )
-        lines.append(
-            f"- {r['method']}: {', '.join(steps) or 'no steps'}; sample states "
-            f"{r['sample_states']}; skips {r['skip_reasons'] or 'none'}; judged with a hint "
-            f"and teacher log-probs {r['samples_with_teacher']}"
-        )
-    lat = latency_summary(runs)
-    lines += [
-        "",
-        "Chat latency (medians, all methods pooled). Probes: the same 16-token greedy "
-        "answer; feedback turns: the training turns themselves (temperature 1, <= "
-        f"{args.max_tokens} tokens). In a step: at least half of the request overlapped a "
-        "training step (StepStarted -> StepFinished events); idle: no overlap:",
-        "",
-        "| requests | trainer | n | p50 latency | p50 ms/token |",
-        "|---|---|---|---|---|",
-    ]
-    for key, label in (
-        ("before", f"{LATENCY_TOKENS}-token probes | idle, before any training"),
-        ("idle_between_steps", f"{LATENCY_TOKENS}-token probes | idle, between steps"),
-        ("training", f"{LATENCY_TOKENS}-token probes | in a step"),
-        ("turns_idle", "feedback turns | idle"),
-        ("turns_training", "feedback turns | in a step"),
-    ):
-        s = lat[key]
-        lines.append(
-            f"| {label} | {s['n']} | {_fmt(s['p50_ms'], '.0f', ' ms')} | "
-            f"{_fmt(s['ms_per_token'], '.1f')} |"
-        )
-    fa = lat["first_answer_s"]
-    lines += [
-        "",
-        f"Checkpoint-to-first-answer (registration -> first answer naming the version): "
-        f"median {_fmt(fa['p50'], '.2f', ' s')}, min {_fmt(fa['min'], '.2f', ' s')}, "
-        f"max {_fmt(fa['max'], '.2f', ' s')} over {fa['n']} checkpoints; "
-        f"registration -> PolicyPublished median {_fmt(lat['publish_s']['p50'], '.2f', ' s')}; "
-        f"outcomes {lat['outcomes']}.",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 def main() -> None:
