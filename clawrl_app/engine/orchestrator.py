@@ -265,7 +265,7 @@ class Engine:
     def _trainer_config(self) -> TrainerConfig:
         assert self.model is not None and self.plan is not None
         t = self.settings.train
-        mode = self.plan.train_mode if t.mode == "auto" else t.mode
+        mode = self.plan.train_mode  # the asked mode, or what auto chose
         return TrainerConfig(
             store_path=str(self.paths.store_file),
             checkpoints_dir=str(self.paths.checkpoints_dir),
@@ -273,7 +273,7 @@ class Engine:
             method=t.method,
             mode=mode,
             batch_size=t.batch_size or self.plan.default_batch_size,
-            lr=t.lr or (1e-5 if mode == "full" else self.plan.default_lr),
+            lr=t.lr or self.plan.default_lr,
             lora_rank=t.lora_rank,
             lora_alpha=t.lora_alpha,
             weight_decay=0.1 if mode == "full" else 0.0,
