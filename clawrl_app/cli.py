@@ -304,7 +304,34 @@ def cmd_doctor(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths
     print(
         f"  keyring backend: {kb or f'none: the API key falls back to a 0600 file ({paths.api_key_file})'}"
     )
+    _doctor_publishing(paths)
     return 0
+
+
+def _doctor_publishing(paths: AppPaths) -> None:
+    """The checkpoints the publisher refused lately, with the numbers it refused them on."""
+    if not paths.store_file.exists():
+        return
+    from datetime import datetime
+
+    from clawrl_app.engine.store import Store
+
+    store = Store(paths.store_file)
+    try:
+        refused = store.latest_events("PublishRefused", limit=5)
+    finally:
+        store.close()
+    print("\nPublishing")
+    if not refused:
+        print("  no checkpoint was refused")
+        return
+    for ev in refused:
+        when = datetime.fromtimestamp(ev.ts).strftime("%Y-%m-%d %H:%M")
+        print(f"  {when}  {ev.payload.get('reason', '?')}")
+    print(
+        "  A refused checkpoint is never served. A canary gap means the server and the trainer\n"
+        "  compute different policies (precision, quantization): see README, 'QLoRA'."
+    )
 
 
 def cmd_config(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:

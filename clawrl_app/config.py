@@ -40,7 +40,11 @@ class ServerSettings(_Section):
     max_body_bytes: int = 8 * 1024 * 1024
     """Largest accepted request body; bigger bodies get 413."""
     max_queue: int = 64
-    """Requests waiting for the backend before new ones get 503 with Retry-After."""
+    """Requests waiting for the backend before new ones get 429 with Retry-After."""
+    max_concurrent: int = 64
+    """Answers in progress at once (queued or generating) before new ones get 429."""
+    request_timeout_s: float = 600.0
+    """Longest one answer may take (wall clock); past it the request fails with 504."""
     session_idle_s: float = 900.0
     """A session with no request for this long is closed (its last turn gets no next state)."""
     default_max_tokens: int = 512

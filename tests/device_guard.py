@@ -80,7 +80,11 @@ class DeviceGuard(TorchFunctionMode):
             raise AssertionError(problem)
 
     def __torch_function__(
-        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
         if func in FACTORIES:

@@ -37,6 +37,9 @@ class ScriptedBackend:
     def info(self) -> BackendInfo:
         return BackendInfo("scripted", 8192, (self.eos_id,), ["base"])
 
+    def health(self) -> str | None:
+        return None
+
     async def start(self) -> None:
         return None
 

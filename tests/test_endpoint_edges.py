@@ -1,4 +1,4 @@
-"""Endpoint edges: auth, overload (503), tool calls, and a fuzz of malformed bodies."""
+"""Endpoint edges: auth, overload (429), tool calls, and a fuzz of malformed bodies."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_api_key_required_when_configured(engine: Any, tmp_path: Path) -> None:
         engine.call(server.stop())
 
 
-def test_full_queue_answers_503_with_retry_after(engine: Any, tmp_path: Path) -> None:
+def test_full_queue_answers_429_with_retry_after(engine: Any, tmp_path: Path) -> None:
     tok = engine.engine.service.formatter.tokenizer
     model = engine.engine.backend._model
     backend = TorchBackend(
@@ -84,8 +84,8 @@ def test_full_queue_answers_503_with_retry_after(engine: Any, tmp_path: Path) ->
     try:
         responses = asyncio.run(burst())
         codes = sorted(r.status_code for r in responses)
-        assert 200 in codes and 503 in codes, codes
-        busy = next(r for r in responses if r.status_code == 503)
+        assert 200 in codes and 429 in codes, codes
+        busy = next(r for r in responses if r.status_code == 429)
         assert busy.headers["retry-after"] == "1"
         assert busy.json()["error"]["code"] == "overloaded"
     finally:

@@ -40,7 +40,7 @@ from clawrl_app.hardware import (
 )
 
 CARD_GIB = {24: 23.99, 48: 47.99, 80: 79.65}
-SIZES = {"0.1B": 0.1, "4B": 4.0, "8B": 8.0, "32B": 32.0}
+SIZES = {"0.1B": 0.1, "0.5B": 0.5, "1.5B": 1.5, "4B": 4.0, "8B": 8.0, "32B": 32.0}
 
 
 def fake_inventory(n: int, gb: int = 80, sglang: bool = True, ram: float = 64.0) -> Inventory:
@@ -451,3 +451,34 @@ def test_real_inventory_plans() -> None:
     p = plan(inv, model("0.1B"), settings())
     assert p.serve_devices and p.train_devices
     assert set(p.serve_devices) <= {g.index for g in inv.gpus}
+
+
+def test_lora_versions_are_served_merged_when_the_copies_fit() -> None:
+    """peft's unmerged LoRA costs ~3x per token on a GPU: merge whenever memory allows."""
+    roomy = plan(fake_inventory(1, 80), model("1.5B"), settings(CLAWRL_HARDWARE__BACKEND="torch"))
+    assert roomy.backend == "torch" and roomy.merge_lora
+    copies = next(m for m in roomy.memory if m.role == "versions")
+    # 3 copies of 1.5B bf16 weights: 3 * 1.5e9 * 2 / 2**30 = 8.38 GiB
+    assert copies.need_gib == pytest.approx(8.38, abs=0.01) and copies.device == "cuda:0"
+    serving_and_training = sum(m.need_gib for m in roomy.memory if m.role != "versions")
+    assert copies.have_gib == pytest.approx(CARD_GIB[80] - serving_and_training, abs=0.02)
+    assert any("merged weights (base speed)" in r for r in roomy.reasons)
+
+
+def test_lora_versions_go_through_peft_when_the_copies_do_not_fit() -> None:
+    tight = plan(fake_inventory(1, 24), model("4B"), settings(CLAWRL_HARDWARE__BACKEND="torch"))
+    assert not tight.merge_lora
+    assert all(m.role != "versions" for m in tight.memory)
+    assert any("served through peft" in r and "GiB" in r for r in tight.reasons)
+
+
+def test_merging_is_the_torch_backends_concern_only() -> None:
+    sglang = plan(fake_inventory(1, 80, sglang=True), model("1.5B"), settings())
+    full = plan(
+        fake_inventory(1, 80), model("0.5B"),
+        settings(CLAWRL_HARDWARE__BACKEND="torch", CLAWRL_TRAIN__MODE="full"),
+    )  # fmt: skip
+    assert sglang.backend == "sglang" and not sglang.merge_lora
+    assert full.train_mode == "full" and not full.merge_lora
+    cpu = plan(fake_inventory(0), model("0.1B"), settings())
+    assert cpu.merge_lora  # the embedded default: 3 x 0.4 GiB of RAM

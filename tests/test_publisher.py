@@ -91,3 +91,49 @@ def test_failed_canary_after_activation_restores_the_previous_version(tmp_path: 
         assert be.calls == ["load v1", "activate v1", "activate base", "unload v1"]
         assert be.active == "base" and store.get_checkpoint("v1").status == "refused"  # type: ignore[union-attr]
         assert "canary" in (pub.last_error or "")
+
+
+def test_a_refused_publish_is_logged_with_its_numbers_and_shown_by_doctor(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """On the H100, QLoRA refusals were visible only as a store event: now the log, the
+    event feed (UI) and `clawrl-app doctor` all carry the gap and the tolerance."""
+    import logging
+
+    from clawrl_app.engine.event_log import EventLog
+    from clawrl_app.engine.events import Event, PublishRefused
+    from clawrl_app.paths import app_paths
+
+    paths = app_paths(tmp_path / "home")
+    paths.ensure()
+    events: list[Event] = []
+    with Store(paths.store_file) as store:
+        log_events = EventLog(store)
+        be = ServedOnlyScoring()
+        pub = Publisher(
+            store,
+            be,  # type: ignore[arg-type]
+            tolerance=0.05,
+            events=lambda e: (events.append(e), log_events(e)),  # type: ignore[func-returns-value]
+        )
+        with caplog.at_level(logging.WARNING, logger="clawrl.publisher"):
+            assert not asyncio.run(pub.publish(checkpoint(tmp_path, store, "v1", -1.77)))
+        log_events.close()
+    refused = [e for e in events if isinstance(e, PublishRefused)]
+    assert len(refused) == 1 and refused[0].version == "v1"
+    assert refused[0].gap == 1.27 and refused[0].tolerance == 0.05  # |-1.77 - -0.5|
+    assert any(
+        "differ from the trainer's by 1.27 (tolerance 0.05)" in r.message for r in caplog.records
+    )
+
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "CLAWRL_HOME": str(tmp_path / "home")}
+    out = subprocess.run(
+        [sys.executable, "-m", "clawrl_app.cli", "doctor", "--no-model"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "Publishing" in out.stdout and "v1 not published" in out.stdout
+    assert "by 1.27 (tolerance 0.05)" in out.stdout

@@ -98,10 +98,14 @@ def create_app(
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
-        ok = bool(ready())
-        return JSONResponse(
-            {"ready": ok, "version": service.backend.active_version}, status_code=200 if ok else 503
-        )
+        reason = None if ready() else "starting or stopping"
+        health = getattr(service.backend, "health", None)
+        if reason is None and health is not None:
+            reason = health()  # e.g. repeated model failures: clients should not queue
+        body: dict[str, Any] = {"ready": reason is None, "version": service.backend.active_version}
+        if reason is not None:
+            body["reason"] = reason
+        return JSONResponse(body, status_code=200 if reason is None else 503)
 
     @app.get("/v1/models", dependencies=[Depends(authorized)])
     async def models() -> dict[str, Any]:

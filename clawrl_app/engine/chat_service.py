@@ -92,6 +92,8 @@ class ChatService:
         events: EventSink | None = None,
         tracker: SessionTracker | None = None,
         activity: ServingActivity | None = None,
+        max_concurrent: int = 64,
+        request_timeout_s: float = 600.0,
     ) -> None:
         self.backend = backend
         self.formatter = formatter
@@ -103,6 +105,10 @@ class ChatService:
         self.last_user_request = time.monotonic()
         self.activity = activity
         """Raised while answers are generated (a CPU-sharing trainer pauses then)."""
+        self.max_concurrent = max_concurrent
+        self.request_timeout_s = request_timeout_s
+        self.active = 0
+        """Answers started and not yet finished or abandoned (each holds one slot)."""
 
     # -- names -----------------------------------------------------------------------
     def model_name(self, version: str) -> str:
@@ -204,7 +210,15 @@ class ChatService:
 
     # -- run -------------------------------------------------------------------------
     def start(self, prep: PreparedChat) -> AsyncIterator[ChatDelta | ChatResult]:
-        """Queue the generation now (BackendOverloaded -> ApiError 503) and stream it."""
+        """Take a slot and queue the generation now (too many -> ApiError 429) and stream it.
+
+        The slot is released exactly once: when the stream ends, fails, or is closed, also
+        when it is closed before its first read (a client that went away at once)."""
+        if self.active >= self.max_concurrent:
+            raise _busy(
+                f"{self.active} answers are in progress (server.max_concurrent = "
+                f"{self.max_concurrent})"
+            )
         if prep.decision.turn_type == "main":
             self.last_user_request = time.monotonic()
         gen_req = GenerationRequest(
@@ -216,13 +230,7 @@ class ChatService:
         try:
             stream = self.backend.generate(gen_req)
         except BackendOverloaded as exc:
-            raise ApiError(
-                503,
-                f"The server is busy ({exc}); retry shortly.",
-                type="server_error",
-                code="overloaded",
-                headers={"Retry-After": "1"},
-            ) from None
+            raise _busy(f"{exc}; server.max_queue") from None
         except UnknownVersion:
             raise ApiError(
                 404,
@@ -230,7 +238,30 @@ class ChatService:
                 code="model_not_found",
                 param="model",
             ) from None
-        return self._run(prep, stream)
+        self.active += 1
+        return _Slot(self._run(prep, stream), stream, self._release)
+
+    def _release(self) -> None:
+        self.active -= 1
+
+    async def _events(self, stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """The backend's events, failing the answer once server.request_timeout_s is spent."""
+        deadline = time.monotonic() + self.request_timeout_s
+        it = stream.__aiter__()
+        while True:
+            try:
+                ev = await asyncio.wait_for(it.__anext__(), max(0.0, deadline - time.monotonic()))
+            except StopAsyncIteration:
+                return
+            except asyncio.TimeoutError:
+                raise ApiError(
+                    504,
+                    f"The answer took longer than {self.request_timeout_s:g} s "
+                    "(server.request_timeout_s); ask for fewer tokens or raise the limit.",
+                    type="server_error",
+                    code="timeout",
+                ) from None
+            yield ev
 
     async def _run(
         self, prep: PreparedChat, stream: AsyncIterator[Any]
@@ -245,7 +276,7 @@ class ChatService:
         if self.activity is not None:
             self.activity.begin()
         try:
-            async for ev in stream:
+            async for ev in self._events(stream):
                 if isinstance(ev, Finished):
                     finished = ev
                     break
@@ -354,6 +385,50 @@ class ChatService:
             self.events(SessionClosed(s.id, "idle"))
             closed.append(s.id)
         return closed
+
+
+def _busy(why: str) -> ApiError:
+    return ApiError(
+        429,
+        f"The server is busy ({why}); retry shortly.",
+        type="server_error",
+        code="overloaded",
+        headers={"Retry-After": "1"},
+    )
+
+
+class _Slot:
+    """An answer stream holding one of the service's slots until it ends or is closed."""
+
+    def __init__(
+        self, run: AsyncIterator[Any], backend_stream: AsyncIterator[Any], release: Any
+    ) -> None:
+        self._run = run
+        self._backend_stream = backend_stream
+        self._release = release
+        self._held = True
+
+    def _free(self) -> None:
+        if self._held:
+            self._held = False
+            self._release()
+
+    def __aiter__(self) -> _Slot:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._run.__anext__()
+        except BaseException:  # the end (StopAsyncIteration), an error or a cancellation
+            self._free()
+            raise
+
+    async def aclose(self) -> None:
+        try:
+            await _close(self._run)
+            await _close(self._backend_stream)  # never started: cancel the queued request
+        finally:
+            self._free()
 
 
 async def _close(stream: AsyncIterator[Any]) -> None:

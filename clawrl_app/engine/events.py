@@ -105,6 +105,17 @@ class PolicyPublished(Event):
 
 
 @dataclass(frozen=True)
+class PublishRefused(Event):
+    """A checkpoint was not served: the server's canary log-probs differ from the trainer's
+    by `gap` (> `tolerance`), or it could not be loaded (`gap` is None then)."""
+
+    version: str
+    reason: str
+    gap: float | None = None
+    tolerance: float | None = None
+
+
+@dataclass(frozen=True)
 class StepStarted(Event):
     """The trainer began optimizer step `step`."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -151,6 +151,8 @@ class Engine:
             self.store,
             alias=s.server.model_alias,
             default_max_tokens=s.server.default_max_tokens,
+            max_concurrent=s.server.max_concurrent,
+            request_timeout_s=s.server.request_timeout_s,
             events=self._emit,
             activity=ServingActivity(self.serving_flag) if self.serving_flag else None,
         )
@@ -212,17 +214,35 @@ class Engine:
         self.loops["serving"].state = "running"
         log.info("serving %s at %s", self.model.name, self.url)
 
+    def _served_model(self) -> ResolvedModel:
+        """The weights serving starts from: the model itself, or under QLoRA the
+        dequantized NF4 copy that equals what the 4-bit trainer computes with."""
+        assert self.model is not None and self.plan is not None
+        if self.plan.train_mode != "qlora":
+            return self.model
+        import torch
+
+        from clawrl_app.engine.backends.nf4_base import export_nf4_base
+
+        devices = self.plan.serve_devices or self.plan.train_devices
+        device = f"cuda:{devices[0]}" if devices else "cpu"
+        dtype = torch.bfloat16 if devices else torch.float32
+        dest = self.paths.models_dir / f"{self.model.name}-nf4-base"
+        path = export_nf4_base(self.model.path, dest, device=device, dtype=dtype, progress=log.info)
+        return replace(self.model, path=path)
+
     def _build_backend(self) -> tuple[Backend, Any]:
         assert self.model is not None and self.plan is not None
+        served = self._served_model()
         if self.plan.backend == "sglang":
             from clawrl_app.engine.backends.sglang_factory import build_sglang_backend
 
-            return build_sglang_backend(self.settings, self.plan, self.model, self.paths)
+            return build_sglang_backend(self.settings, self.plan, served, self.paths)
         from clawrl_app.engine.backends.torch_backend import TorchBackend
         from clawrl_app.models import load_model
 
         device = f"cuda:{self.plan.serve_devices[0]}" if self.plan.serve_devices else "cpu"
-        model, tokenizer = load_model(self.model, dtype=self.settings.model.dtype, device=device)
+        model, tokenizer = load_model(served, dtype=self.settings.model.dtype, device=device)
         backend = TorchBackend(
             model,
             tokenizer,
@@ -230,9 +250,8 @@ class Engine:
             context_length=self.model.context_length,
             max_batch=self.settings.model.max_batch,
             max_queue=self.settings.server.max_queue,
-            # small CPU models: serve LoRA versions merged (peft's per-layer overhead is
-            # ~50% of a decoding step on the 135M model)
-            merge_lora=device == "cpu" and sum(p.numel() for p in model.parameters()) < 1e9,
+            # merged copies per LoRA version when memory allows (the plan's choice)
+            merge_lora=self.plan.merge_lora,
         )
         return backend, tokenizer
 

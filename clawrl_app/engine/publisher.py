@@ -17,7 +17,13 @@ from typing import Any
 from clawrl_app.engine.backends.base import Backend, BackendError
 from clawrl_app.engine.checkpoints import read_manifest
 from clawrl_app.engine.cpu_share import ServingActivity
-from clawrl_app.engine.events import EventSink, LoopFailed, PolicyPublished, wait_for_poke
+from clawrl_app.engine.events import (
+    EventSink,
+    LoopFailed,
+    PolicyPublished,
+    PublishRefused,
+    wait_for_poke,
+)
 from clawrl_app.engine.rollback import BASE, ServedState, read_served, write_served
 from clawrl_app.engine.store import CheckpointRow, Store
 
@@ -94,9 +100,13 @@ class Publisher:
                     await self.backend.activate(previous)
                 self.store.set_checkpoint_status(name, "refused")
                 await self.backend.unload_adapter(name)
-                self.refused += 1
-                self.last_error = f"{name} refused: canary log-probs differ by {gap:.2e}"
-                self.events(LoopFailed("publishing", self.last_error))
+                self._refused(
+                    name,
+                    f"{name} not published: the server's canary log-probs differ from the "
+                    f"trainer's by {gap:.3g} (tolerance {self.tolerance:g}); the served model "
+                    "and the trainer do not compute the same policy",
+                    gap,
+                )
                 return False
         if not activated:
             await self.backend.activate(name)
@@ -110,6 +120,14 @@ class Publisher:
         if previous not in ("base", name):
             asyncio.create_task(self._unload_later(previous))
         return True
+
+    def _refused(self, name: str, why: str, gap: float | None = None) -> None:
+        """Say it everywhere: the log, the status, the event feed (UI, store, doctor)."""
+        log.warning("%s", why)
+        self.refused += 1
+        self.last_error = why
+        self.events(PublishRefused(name, why, gap, self.tolerance if gap is not None else None))
+        self.events(LoopFailed("publishing", why))
 
     async def _canary(self, name: str, path: Path) -> float:
         manifest = read_manifest(path)
@@ -188,9 +206,11 @@ class Publisher:
                     continue
                 except Exception as exc:  # never retry a broken checkpoint forever
                     log.exception("publishing %s failed", row.version)
-                    self.last_error = f"{row.version}: {type(exc).__name__}: {exc}"
                     self.store.set_checkpoint_status(row.version, "refused")
-                    self.events(LoopFailed("publishing", self.last_error))
+                    self._refused(
+                        row.version,
+                        f"{row.version} not published: {type(exc).__name__}: {exc}",
+                    )
             await wait_for_poke(self._wake, self.interval_s)
 
     def status(self) -> dict[str, Any]:

@@ -52,20 +52,17 @@ CANARY_PROMPTS = ["What is the capital of France?", "Write one sentence about th
 CANARY_RESPONSE = "Paris is the capital of France, and the sea is calm."
 
 
-def load_4bit(path: Path) -> tuple[Any, Any]:
-    """QLoRA: the base model in 4-bit NF4 (bitsandbytes, CUDA only), ready for LoRA training.
-    Only a GPU run can exercise this path; the CPU refuses QLoRA at start."""
+def load_4bit(path: Path, device: str = "cuda") -> tuple[Any, Any]:
+    """QLoRA: the base model in 4-bit NF4 (bitsandbytes), ready for LoRA training. The
+    serving side serves exactly these weights, dequantized (engine/backends/nf4_base.py)."""
     from peft import prepare_model_for_kbit_training
-    from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+    from transformers import AutoTokenizer
 
-    quant = BitsAndBytesConfig(
-        load_in_4bit=True,
-        bnb_4bit_quant_type="nf4",
-        bnb_4bit_compute_dtype=torch.bfloat16,
-        bnb_4bit_use_double_quant=True,
-    )
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path), quantization_config=quant, device_map={"": 0}, local_files_only=True
+    from clawrl_app.engine.backends.nf4_base import load_nf4
+
+    on_gpu = device.startswith("cuda")
+    model = load_nf4(
+        path, "cuda:0" if device == "cuda" else device, torch.bfloat16 if on_gpu else torch.float32
     )
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     return prepare_model_for_kbit_training(model), tokenizer
@@ -80,6 +77,8 @@ class Trainer:
         from clawrl_app.models import ResolvedModel, load_model
 
         if cfg.mode == "qlora" and not torch.cuda.is_available():
+            # bitsandbytes 4-bit runs on a CPU too (the QLoRA tests use it), but slower
+            # than plain LoRA there: the plan refuses it on CPU machines, and so do we
             raise SystemExit(
                 "train.mode = qlora needs CUDA (bitsandbytes 4-bit); use lora or full."
             )
@@ -97,7 +96,7 @@ class Trainer:
             parent_dir if cfg.mode == "full" and parent_dir is not None else Path(cfg.model_path)
         )
         if cfg.mode == "qlora":
-            base, self.tokenizer = load_4bit(weights)
+            base, self.tokenizer = load_4bit(weights, cfg.device)
         else:
             resolved = ResolvedModel(weights, "local", weights.name, 0)
             base, self.tokenizer = load_model(resolved, device=cfg.device)

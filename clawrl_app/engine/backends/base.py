@@ -97,6 +97,10 @@ class Backend(Protocol):
 
     def info(self) -> BackendInfo: ...
 
+    def health(self) -> str | None:
+        """None while the backend can serve; otherwise why not (shown by /readyz)."""
+        ...
+
     async def start(self) -> None:
         """Load the model / launch the server; returns when ready to generate."""
         ...

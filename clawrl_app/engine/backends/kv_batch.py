@@ -47,7 +47,7 @@ class DecodeBatch:
         """Keep only the rows at `keep_idx`, then trim padding columns no row uses."""
         if len(keep_idx) == len(self.rows):
             return
-        idx = torch.tensor(keep_idx, dtype=torch.long)
+        idx = torch.tensor(keep_idx, dtype=torch.long, device=self.mask_BT.device)
         self.rows = [self.rows[i] for i in keep_idx]
         self.mask_BT = self.mask_BT[idx]
         for layer in _layers(self.cache):
@@ -66,8 +66,9 @@ class DecodeBatch:
         """Model inputs for one decode step; grows the mask by one column."""
         self.mask_BT = F.pad(self.mask_BT, (0, 1), value=1)
         positions_B1 = (self.mask_BT.sum(dim=1, keepdim=True) - 1).long()  # (B, 1)
+        ids_B1 = torch.tensor(next_ids, dtype=torch.long, device=self.mask_BT.device).unsqueeze(1)
         return {
-            "input_ids": torch.tensor(next_ids, dtype=torch.long).unsqueeze(1),  # (B, 1)
+            "input_ids": ids_B1,  # (B, 1)
             "attention_mask": self.mask_BT,
             "position_ids": positions_B1,
         }

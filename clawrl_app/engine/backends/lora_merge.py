@@ -65,5 +65,9 @@ def merged_copy(base: torch.nn.Module, adapter_dir: Path) -> torch.nn.Module | N
     with torch.no_grad():
         for name, (a, b) in pairs.items():
             weight = merged[name].weight  # (out, in); B (out, r) @ A (r, in)
-            weight += (scale * (b.float() @ a.float())).to(weight.dtype)
+            # the adapter file loads on the CPU: fold it in on the weight's own device,
+            # in float32, then round once to the weight's dtype
+            a_ri = a.to(device=weight.device, dtype=torch.float32)
+            b_or = b.to(device=weight.device, dtype=torch.float32)
+            weight.copy_((weight.float() + scale * (b_or @ a_ri)).to(weight.dtype))
     return model.eval()

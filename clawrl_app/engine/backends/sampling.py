@@ -24,8 +24,16 @@ def sample_next(
 ) -> tuple[list[int], list[float], list[list[tuple[int, float]]]]:
     """Pick one token per row; return (token ids, their log-probs, top-k alternatives per row).
 
-    Rows are sampled independently so each request keeps its own seed and settings.
+    Rows are sampled independently so each request keeps its own seed and settings. A
+    seeded row's generator must live on the logits' device (CUDA sampling with a CPU
+    generator fails): it is checked here so the mistake shows on every machine.
     """
+    for gen in generators:
+        if gen is not None and not _same_device(gen.device, logits_BV.device):
+            raise ValueError(
+                f"sampling generator on {gen.device}, logits on {logits_BV.device}: "
+                "create it with torch.Generator(device=logits.device)"
+            )
     logits_BV = logits_BV.float()
     ids: list[int] = []
     lps: list[float] = []
@@ -66,5 +74,10 @@ def _top_p_filter(probs_V: torch.Tensor, top_p: float) -> torch.Tensor:
 def continuation_logprobs(logits_TV: torch.Tensor, target_ids: list[int]) -> list[float]:
     """Log-probs (T = 1) of `target_ids` given logits at the positions that predict them."""
     logp_TV = torch.log_softmax(logits_TV.float(), dim=-1)  # (T, V)
-    idx = torch.tensor(target_ids, dtype=torch.long).unsqueeze(-1)  # (T, 1)
+    idx = torch.tensor(target_ids, dtype=torch.long, device=logp_TV.device).unsqueeze(-1)  # (T, 1)
     return logp_TV.gather(-1, idx).squeeze(-1).tolist()
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """`cuda` and `cuda:0` are the same card when one of them names no index."""
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)

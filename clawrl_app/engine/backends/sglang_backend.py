@@ -146,6 +146,13 @@ class SGLangBackend:
             versions=[BASE_VERSION, *self._full, *usable],
         )
 
+    def health(self) -> str | None:
+        """None while serving works; the reason when the SGLang server we launched has exited."""
+        code = self._server.returncode if self._server is not None else None
+        if code is not None:
+            return f"the SGLang server exited with code {code}; see the app log"
+        return None
+
     def status(self) -> dict[str, Any]:
         """What is served and how the last full-weight update went (for the UI)."""
         return {

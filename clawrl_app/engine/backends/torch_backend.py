@@ -43,6 +43,9 @@ BASE_VERSION = "base"
 # Under continuous user traffic, background work (teacher/canary scoring, judge votes) still
 # gets one pass per this many seconds: bounded starvation, bounded user slowdown.
 BACKGROUND_EVERY_S = 1.0
+# This many failed model calls in a row (no success between them) mark the backend not
+# ready: /readyz says why instead of clients queueing for an answer that never comes.
+UNHEALTHY_AFTER = 3
 
 
 @dataclass(eq=False)
@@ -57,6 +60,45 @@ class _Row:
     produced: int = 0
     total_len: int = 0
     cancelled: threading.Event = field(default_factory=threading.Event)
+    counted: bool = False
+    """True while this row holds one unit of its version's in-flight count."""
+    closed: bool = False
+    """Its last event (Finished or an error) was sent, or its client went away."""
+
+
+class _RowStream:
+    """The events of one request. Closing it, even before the first read (a client that
+    disconnected at once), cancels the request: the worker drops it at its next step."""
+
+    def __init__(self, row: _Row, events: asyncio.Queue[GenerationEvent | BaseException]) -> None:
+        self._row = row
+        self._events = events
+        self._done = False
+
+    def __aiter__(self) -> _RowStream:
+        return self
+
+    async def __anext__(self) -> GenerationEvent:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            ev = await self._events.get()
+        except BaseException:  # cancelled while waiting: the client went away
+            self.close()
+            raise
+        if isinstance(ev, BaseException):
+            self.close()
+            raise ev
+        if isinstance(ev, Finished):
+            self.close()  # no-op for the worker (already finished); ends iteration
+        return ev
+
+    def close(self) -> None:
+        self._done = True
+        self._row.cancelled.set()
+
+    async def aclose(self) -> None:
+        self.close()
 
 
 class TorchBackend:
@@ -98,11 +140,31 @@ class TorchBackend:
         self._stopping = threading.Event()
         self.busy_since: float | None = None
         self._last_background = time.monotonic()
+        self._failures = 0  # consecutive failed model calls
+        self._last_failure: str | None = None
+        self._dead: str | None = None  # the worker thread ended by an unexpected error
 
     # -- lifecycle -------------------------------------------------------------------
     @property
     def active_version(self) -> str:
         return self._active
+
+    @property
+    def device(self) -> torch.device:
+        """Where the served weights live: every tensor the worker creates goes there."""
+        return _device_of(self._model)
+
+    def health(self) -> str | None:
+        """None when serving works; otherwise why not (backs /readyz)."""
+        if self._dead is not None:
+            return self._dead
+        if self._failures >= UNHEALTHY_AFTER:
+            return f"{self._failures} model calls failed in a row; last: {self._last_failure}"
+        return None
+
+    def inflight(self, version: str) -> int:
+        """Requests admitted on `version` whose answers are not finished yet."""
+        return self._inflight.get(version, 0)
 
     def info(self) -> BackendInfo:
         return BackendInfo(
@@ -127,6 +189,8 @@ class TorchBackend:
     # -- requests --------------------------------------------------------------------
     def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
         """Queue the request now (raising BackendOverloaded at once) and stream its events."""
+        if self._dead is not None or self._thread is None:
+            raise BackendError(self._dead or "backend is not started")
         if self._pending.qsize() >= self._max_queue:
             raise BackendOverloaded(f"{self._pending.qsize()} requests already waiting")
         if request.version is not None and request.version not in self._versions:
@@ -138,23 +202,12 @@ class TorchBackend:
             loop.call_soon_threadsafe(events.put_nowait, ev)
 
         row = _Row(request=request, emit=emit)  # type: ignore[arg-type]
+        if request.version is not None:  # counted from now: unloading it waits for this row
+            row.version = request.version
+            self._hold(row)
         (self._pending_bg if request.background else self._pending).put(row)
         self._wake.set()
-        return self._stream(row, events)
-
-    async def _stream(
-        self, row: _Row, events: asyncio.Queue[GenerationEvent | BaseException]
-    ) -> AsyncIterator[GenerationEvent]:
-        try:
-            while True:
-                ev = await events.get()
-                if isinstance(ev, BaseException):
-                    raise ev
-                yield ev
-                if isinstance(ev, Finished):
-                    return
-        finally:
-            row.cancelled.set()  # no-op when finished; cancels when the client went away
+        return _RowStream(row, events)
 
     async def score(
         self,
@@ -172,7 +225,9 @@ class TorchBackend:
         if v not in self._versions:
             raise UnknownVersion(v)
         lane = self._commands if urgent else self._scores  # urgent: next loop round
-        return await self._submit(lane, lambda: self._score_now(prompt_ids, response_ids, v))
+        return await self._submit(
+            lane, self._counted("scoring", lambda: self._score_now(prompt_ids, response_ids, v))
+        )
 
     async def score_topk(
         self, prompt_ids: list[int], response_ids: list[int], k: int, version: str | None = None
@@ -182,7 +237,8 @@ class TorchBackend:
         if v not in self._versions:
             raise UnknownVersion(v)
         return await self._submit(
-            self._scores, lambda: self._topk_now(prompt_ids, response_ids, k, v)
+            self._scores,
+            self._counted("top-k scoring", lambda: self._topk_now(prompt_ids, response_ids, k, v)),
         )
 
     async def load_adapter(self, version: str, path: Path) -> None:
@@ -216,8 +272,8 @@ class TorchBackend:
     async def _submit(
         self, q: queue.Queue[tuple[Callable[[], Any], Future[Any]]], fn: Callable[[], Any]
     ) -> Any:
-        if self._thread is None:
-            raise BackendError("backend is not started")
+        if self._dead is not None or self._thread is None:
+            raise BackendError(self._dead or "backend is not started")
         fut: Future[Any] = Future()
         q.put((fn, fut))
         self._wake.set()
@@ -225,6 +281,16 @@ class TorchBackend:
 
     # -- worker thread ---------------------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._serve_forever()
+        except BaseException as exc:  # the worker must never vanish silently
+            log.exception("torch backend worker died")
+            self._dead = f"the model worker stopped: {type(exc).__name__}: {exc}"
+            raise
+        finally:
+            self._fail_all(BackendError(self._dead or "backend stopped"), queued_work=True)
+
+    def _serve_forever(self) -> None:
         torch.set_grad_enabled(False)
         while not self._stopping.is_set():
             if (
@@ -240,29 +306,54 @@ class TorchBackend:
                 continue
             self.busy_since = self.busy_since or time.monotonic()
             try:
-                self._run_commands()
-                self._admit(self._pending, background=False)
-                user_keys = [k for k in self._batches if not k[1]]
-                if user_keys:  # user answers first; background lanes wait ...
-                    for key in user_keys:
-                        self._decode_step(key)
-                    # ... but never starve: under continuous traffic, one scoring pass and one
-                    # step of each admitted background lane at most every BACKGROUND_EVERY_S
-                    if time.monotonic() - self._last_background >= BACKGROUND_EVERY_S:
-                        self._last_background = time.monotonic()
-                        self._run_one(self._scores)
-                        for key in [k for k in self._batches if k[1]]:
-                            self._decode_step(key)
-                    continue
+                self._serve_round()
+            except Exception as exc:  # a bug outside one model call: fail what is in flight
+                self._fail_all(self._model_call_failed("serving round", exc))
+
+    def _serve_round(self) -> None:
+        """Commands, admission, then one decode step per lane (user lanes first)."""
+        self._run_commands()
+        self._admit(self._pending, background=False)
+        user_keys = [k for k in self._batches if not k[1]]
+        if user_keys:  # user answers first; background lanes wait ...
+            for key in user_keys:
+                self._decode_step(key)
+            # ... but never starve: under continuous traffic, one scoring pass and one
+            # step of each admitted background lane at most every BACKGROUND_EVERY_S
+            if time.monotonic() - self._last_background >= BACKGROUND_EVERY_S:
                 self._last_background = time.monotonic()
-                self._run_one(self._scores)  # judge scoring: one forward pass per round
-                self._admit(self._pending_bg, background=True)
-                for key in list(self._batches):
+                self._run_one(self._scores)
+                for key in [k for k in self._batches if k[1]]:
                     self._decode_step(key)
-            except Exception as exc:  # keep serving; fail only the rows involved
-                log.exception("torch backend step failed")
-                self._fail_all(BackendError(f"generation failed: {exc}"))
-        self._fail_all(BackendError("backend stopped"))
+            return
+        self._last_background = time.monotonic()
+        self._run_one(self._scores)  # judge scoring: one forward pass per round
+        self._admit(self._pending_bg, background=True)
+        for key in list(self._batches):
+            self._decode_step(key)
+
+    def _counted(self, what: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+        """`fn` as a model call whose failures count towards the backend's health."""
+
+        def call() -> Any:
+            try:
+                result = fn()
+            except Exception as exc:
+                raise self._model_call_failed(what, exc) from exc
+            self._model_call_ok()
+            return result
+
+        return call
+
+    def _model_call_ok(self) -> None:
+        self._failures = 0
+
+    def _model_call_failed(self, what: str, exc: BaseException) -> BackendError:
+        """Count a failed model call; the error to hand to the requests involved."""
+        log.error("torch backend: %s failed: %s: %s", what, type(exc).__name__, exc)
+        self._failures += 1
+        self._last_failure = f"{what}: {type(exc).__name__}: {exc}"
+        return BackendError(f"{what} failed: {type(exc).__name__}: {exc}")
 
     def _run_commands(self) -> None:
         while not self._commands.empty():
@@ -274,6 +365,8 @@ class TorchBackend:
             fn, fut = q.get_nowait()
         except queue.Empty:
             return
+        if not fut.set_running_or_notify_cancel():
+            return  # the caller went away
         try:
             fut.set_result(fn())
         except Exception as exc:
@@ -289,15 +382,20 @@ class TorchBackend:
             except queue.Empty:
                 return
             if row.cancelled.is_set():
+                self._finish(row, None)
                 continue
-            row.version = row.request.version or self._active
+            if not row.counted:  # no version asked: the one active now
+                row.version = self._active
+                self._hold(row)
             if row.version not in self._versions:
-                row.emit(UnknownVersion(row.version))  # type: ignore[arg-type]
+                self._finish(row, UnknownVersion(row.version))
                 continue
-            self._inflight[row.version] = self._inflight.get(row.version, 0) + 1
-            if row.request.params.seed is not None:
-                row.generator = torch.Generator().manual_seed(row.request.params.seed)
-            single = self._prefill(row)
+            try:  # from here on every path either batches the row or releases it
+                single = self._prefill(row)
+            except Exception as exc:
+                self._finish(row, self._model_call_failed("prefill", exc))
+                continue
+            self._model_call_ok()
             if single is None:
                 continue
             key = (row.version, background)
@@ -311,17 +409,21 @@ class TorchBackend:
         from transformers import DynamicCache
 
         ids = row.request.prompt_ids
+        dev = self.device
+        if row.request.params.seed is not None:  # sampling draws on the logits' device
+            row.generator = torch.Generator(device=dev).manual_seed(row.request.params.seed)
         cache = DynamicCache()
         with self._adapter(row.version):
             out = self._module(row.version)(
-                input_ids=torch.tensor([ids], dtype=torch.long),
+                input_ids=torch.tensor([ids], dtype=torch.long, device=dev),
                 past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=1,
             )
         row.total_len = len(ids)
         batch = DecodeBatch(
-            cache=out.past_key_values, mask_BT=torch.ones(1, len(ids), dtype=torch.long)
+            cache=out.past_key_values,
+            mask_BT=torch.ones(1, len(ids), dtype=torch.long, device=dev),
         )
         batch.rows.append(row)
         if self._emit_tokens(batch, out.logits[:, -1, :]):
@@ -335,11 +437,20 @@ class TorchBackend:
         if not batch.rows:
             del self._batches[key]
             return
-        inputs = batch.step_inputs([r.next_id for r in batch.rows])
-        with self._adapter(key[0]):
-            out = self._module(key[0])(**inputs, past_key_values=batch.cache, use_cache=True)
-        batch.cache = out.past_key_values
-        if not self._emit_tokens(batch, out.logits[:, -1, :]):
+        try:
+            inputs = batch.step_inputs([r.next_id for r in batch.rows])
+            with self._adapter(key[0]):
+                out = self._module(key[0])(**inputs, past_key_values=batch.cache, use_cache=True)
+            batch.cache = out.past_key_values
+            alive_after = self._emit_tokens(batch, out.logits[:, -1, :])
+        except Exception as exc:  # fail this batch's requests only; other lanes go on
+            error = self._model_call_failed("decode", exc)
+            for row in batch.rows:
+                self._finish(row, error)
+            del self._batches[key]
+            return
+        self._model_call_ok()
+        if not alive_after:
             del self._batches[key]
 
     def _emit_tokens(self, batch: DecodeBatch, logits_BV: torch.Tensor) -> bool:
@@ -369,30 +480,53 @@ class TorchBackend:
             if reason is None and not row.cancelled.is_set():
                 keep.append(i)
                 continue
+            done = None
             if reason is not None:
-                row.emit(
-                    Finished(reason, row.version, len(row.request.prompt_ids), row.produced)  # type: ignore[arg-type]
-                )
-            self._inflight[row.version] -= 1
-        self._drop(batch, keep, count_inflight=False)
+                done = Finished(reason, row.version, len(row.request.prompt_ids), row.produced)  # type: ignore[arg-type]
+            self._finish(row, done)
+        batch.keep(keep)
         return bool(batch.rows)
 
-    def _drop(self, batch: DecodeBatch, keep: list[int], count_inflight: bool = True) -> None:
-        if count_inflight:
-            for i, row in enumerate(batch.rows):
-                if i not in keep:
-                    self._inflight[row.version] -= 1
+    def _drop(self, batch: DecodeBatch, keep: list[int]) -> None:
+        """Keep the rows at `keep`; the others (cancelled by their client) are released."""
+        kept = set(keep)
+        for i, row in enumerate(batch.rows):
+            if i not in kept:
+                self._finish(row, None)
         batch.keep(keep)
 
-    def _fail_all(self, exc: BaseException) -> None:
+    def _hold(self, row: _Row) -> None:
+        with self._lock:  # the event loop and the worker thread both count
+            row.counted = True
+            self._inflight[row.version] = self._inflight.get(row.version, 0) + 1
+
+    def _finish(self, row: _Row, last: Finished | BaseException | None) -> None:
+        """Send the row's last event (if any) and release its in-flight unit, exactly once."""
+        if row.closed:
+            return
+        row.closed = True
+        if row.counted:  # released before the client hears of it: nothing lags behind
+            with self._lock:
+                row.counted = False
+                self._inflight[row.version] -= 1
+        if last is not None:
+            row.emit(last)  # type: ignore[arg-type]
+
+    def _fail_all(self, exc: BaseException, queued_work: bool = False) -> None:
+        """Fail every request in flight or waiting (and, when the worker ends, queued
+        commands and scoring jobs too: nothing may wait for a worker that is gone)."""
         for batch in self._batches.values():
             for row in batch.rows:
-                row.emit(exc)  # type: ignore[arg-type]
-                self._inflight[row.version] -= 1
+                self._finish(row, exc)
         self._batches.clear()
         for pending in (self._pending, self._pending_bg):
             while not pending.empty():
-                pending.get_nowait().emit(exc)  # type: ignore[arg-type]
+                self._finish(pending.get_nowait(), exc)
+        for lane in (self._commands, self._scores) if queued_work else ():
+            while not lane.empty():
+                _, fut = lane.get_nowait()
+                if fut.set_running_or_notify_cancel():
+                    fut.set_exception(exc)
 
     def _module(self, version: str) -> Any:
         """The weights that serve `version`: its own (full or merged) model, or the shared
@@ -438,7 +572,7 @@ class TorchBackend:
     def _topk_now(
         self, prompt_ids: list[int], response_ids: list[int], k: int, version: str
     ) -> tuple[list[list[int]], list[list[float]]]:
-        ids = torch.tensor([prompt_ids + response_ids], dtype=torch.long)
+        ids = torch.tensor([prompt_ids + response_ids], dtype=torch.long, device=self.device)
         with self._adapter(version):
             logits = self._module(version)(input_ids=ids, use_cache=False).logits[0]  # (L, V)
         start = len(prompt_ids) - 1
@@ -449,8 +583,16 @@ class TorchBackend:
     def _score_now(
         self, prompt_ids: list[int], response_ids: list[int], version: str
     ) -> list[float]:
-        ids = torch.tensor([prompt_ids + response_ids], dtype=torch.long)
+        ids = torch.tensor([prompt_ids + response_ids], dtype=torch.long, device=self.device)
         with self._adapter(version):
             logits = self._module(version)(input_ids=ids, use_cache=False).logits[0]  # (T, V)
         start = len(prompt_ids) - 1
         return continuation_logprobs(logits[start : start + len(response_ids)], response_ids)
+
+
+def _device_of(model: Any) -> torch.device:
+    """The device of a model's weights (the first parameter's; one device per model here)."""
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")

@@ -130,6 +130,11 @@ class CheckpointsMixin(StoreBase):
             )
             return int(cur.lastrowid or 0)
 
+    def latest_events(self, kind: str, limit: int = 5) -> list[EventRow]:
+        """The newest `limit` events of one kind, newest first."""
+        sql = "SELECT * FROM events WHERE kind = ? ORDER BY id DESC LIMIT ?"
+        return self._all(EventRow, sql, (kind, limit))
+
     def events_since(self, event_id: int = 0, limit: int = 500) -> list[EventRow]:
         """Up to `limit` events with id > `event_id`, oldest first."""
         sql = "SELECT * FROM events WHERE id > ? ORDER BY id LIMIT ?"

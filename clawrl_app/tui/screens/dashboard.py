@@ -32,6 +32,7 @@ class DashboardScreen(EngineScreen):
             "RolledBack",
             "StatusReported",
             "LoopFailed",
+            "PublishRefused",
             "StepStarted",
             "StepFinished",
         }
