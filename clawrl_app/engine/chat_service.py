@@ -244,24 +244,19 @@ class ChatService:
     def _release(self) -> None:
         self.active -= 1
 
-    async def _events(self, stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        """The backend's events, failing the answer once server.request_timeout_s is spent."""
-        deadline = time.monotonic() + self.request_timeout_s
-        it = stream.__aiter__()
-        while True:
-            try:
-                ev = await asyncio.wait_for(it.__anext__(), max(0.0, deadline - time.monotonic()))
-            except StopAsyncIteration:
-                return
-            except asyncio.TimeoutError:
-                raise ApiError(
-                    504,
-                    f"The answer took longer than {self.request_timeout_s:g} s "
-                    "(server.request_timeout_s); ask for fewer tokens or raise the limit.",
-                    type="server_error",
-                    code="timeout",
-                ) from None
-            yield ev
+    async def _next_event(self, it: AsyncIterator[Any], deadline: float) -> Any:
+        """The backend's next event; fails the answer once server.request_timeout_s is spent
+        (StopAsyncIteration at the end of the stream)."""
+        try:
+            return await asyncio.wait_for(it.__anext__(), max(0.0, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            raise ApiError(
+                504,
+                f"The answer took longer than {self.request_timeout_s:g} s "
+                "(server.request_timeout_s); ask for fewer tokens or raise the limit.",
+                type="server_error",
+                code="timeout",
+            ) from None
 
     async def _run(
         self, prep: PreparedChat, stream: AsyncIterator[Any]
@@ -276,7 +271,13 @@ class ChatService:
         if self.activity is not None:
             self.activity.begin()
         try:
-            async for ev in self._events(stream):
+            it = stream.__aiter__()
+            deadline = t0 + self.request_timeout_s
+            while True:
+                try:
+                    ev = await self._next_event(it, deadline)
+                except StopAsyncIteration:
+                    break
                 if isinstance(ev, Finished):
                     finished = ev
                     break
