@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,6 +27,9 @@ else:  # pragma: no cover
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s]+")
 
 
 class ServerSettings(_Section):
@@ -49,6 +53,40 @@ class ServerSettings(_Section):
     """A session with no request for this long is closed (its last turn gets no next state)."""
     default_max_tokens: int = 512
     """Answer length when the request sets neither max_tokens nor max_completion_tokens."""
+    allowed_hosts: list[str] = []
+    """More names clients may use in the Host header, e.g. ["mybox.lan"] (DNS-rebinding
+    protection). localhost, any IP address and `host` always pass; "*" turns the check off.
+    In the environment: JSON or comma-separated."""
+    allowed_origins: list[str] = []
+    """Web pages allowed to call the endpoint from a browser, as origins such as
+    "http://localhost:5173" (they get CORS headers); requests from any other page get 403.
+    Empty = no browser page. In the environment: JSON or comma-separated."""
+
+    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    @classmethod
+    def _list_text(cls, value: Any) -> Any:
+        if isinstance(value, str):  # from CLAWRL_SERVER__ALLOWED_*
+            if value.lstrip().startswith("["):
+                try:
+                    return json.loads(value)
+                except ValueError:
+                    raise ValueError('expected a JSON list such as ["a", "b"]') from None
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        out = []
+        for origin in value:
+            norm = origin.strip().lower().rstrip("/")
+            if not _ORIGIN.fullmatch(norm):  # browsers send scheme://host[:port], nothing more
+                raise ValueError(
+                    f"{origin!r} is not an origin: write scheme://host[:port] with no path, "
+                    'e.g. "http://localhost:5173" ("*" is not accepted)'
+                )
+            out.append(norm)
+        return out
 
 
 class ModelSettings(_Section):

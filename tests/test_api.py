@@ -315,7 +315,12 @@ def test_body_too_large_is_413(engine: Any) -> None:
     big = json.dumps(
         {"model": "clawrl", "messages": [{"role": "user", "content": "x" * (9 * 1024 * 1024)}]}
     )
-    r = httpx.post(f"{engine.url}/chat/completions", content=big, timeout=60)
+    r = httpx.post(
+        f"{engine.url}/chat/completions",
+        content=big,
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
     assert r.status_code == 413
     assert r.json()["error"]["code"] == "request_too_large"
 

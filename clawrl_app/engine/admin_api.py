@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Query, Request
 
 from clawrl_app.engine.openai_schema import ApiError
+from clawrl_app.engine.request_body import read_json
 from clawrl_app.engine.store import REVIEW_STATES, Store
 
 if TYPE_CHECKING:
@@ -128,8 +129,12 @@ def _text(content: Any) -> str:
     return ""
 
 
-def admin_router(engine: Engine) -> APIRouter:
-    """The admin routes of `engine` (status, sessions, review, checkpoints, metrics, events)."""
+def admin_router(engine: Engine, max_body_bytes: int = 1024 * 1024) -> APIRouter:
+    """The admin routes of `engine` (status, sessions, review, checkpoints, metrics, events).
+
+    GETs only read; every change is a POST with a JSON body (the endpoint's WebGuard refuses
+    other content types, so a web page cannot post here without a CORS preflight).
+    """
     router = APIRouter(prefix="/admin")
 
     def store() -> Store:
@@ -156,7 +161,7 @@ def admin_router(engine: Engine) -> APIRouter:
 
     @router.post("/sessions/{session_id}/review")
     async def post_review(session_id: str, request: Request) -> dict[str, Any]:
-        body = await request.json()
+        body = await read_json(request, max_body_bytes)
         state = body.get("state") if isinstance(body, dict) else None
         if state not in REVIEW_STATES:
             raise ApiError(400, f"state must be one of {REVIEW_STATES}.", param="state")

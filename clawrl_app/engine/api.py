@@ -9,7 +9,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -21,7 +21,9 @@ from clawrl_app.engine.admin_api import admin_router
 from clawrl_app.engine.backends.base import BackendError
 from clawrl_app.engine.chat_service import ChatDelta, ChatResult, ChatService, PreparedChat
 from clawrl_app.engine.openai_schema import ApiError, chunk, completion_id, now_s, usage
+from clawrl_app.engine.request_body import read_json
 from clawrl_app.engine.sessions import is_truthy
+from clawrl_app.engine.web_guard import GuardPolicy, WebGuard
 
 log = logging.getLogger("clawrl.api")
 
@@ -39,10 +41,20 @@ def create_app(
     feedback: Callable[[Any], Awaitable[dict[str, Any]]] | None = None,
     rollback: Callable[[Any], Awaitable[dict[str, Any]]] | None = None,
     engine: Any = None,
+    bind_host: str = "127.0.0.1",
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
 ) -> FastAPI:
-    """The endpoint app. `api_key` None = no auth (loopback only); `ready()` backs /readyz."""
+    """The endpoint app. `api_key` None = no auth (loopback only); `ready()` backs /readyz.
+
+    Every route sits behind `WebGuard`: Host names other than loopback, `bind_host` and
+    `allowed_hosts`, browser origins not in `allowed_origins` and non-JSON bodies are refused.
+    """
     app = FastAPI(title="clawrl-app", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = service
+    app.add_middleware(
+        WebGuard, policy=GuardPolicy.build(bind_host, allowed_hosts, allowed_origins)
+    )
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -51,7 +63,11 @@ def create_app(
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
-        return error_response(ApiError(exc.status_code, str(exc.detail), type=kind))
+        # keeps `Allow` on a 405 (e.g. GET on a POST-only admin route)
+        headers = dict(exc.headers or {})
+        return error_response(
+            ApiError(exc.status_code, str(exc.detail), type=kind, headers=headers)
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -79,7 +95,7 @@ def create_app(
             )
 
     if engine is not None:
-        app.include_router(admin_router(engine), dependencies=[Depends(authorized)])
+        app.include_router(admin_router(engine, max_body_bytes), dependencies=[Depends(authorized)])
 
     @app.exception_handler(BackendError)
     async def _backend_error(_: Request, exc: BackendError) -> JSONResponse:
@@ -122,18 +138,18 @@ def create_app(
         """Explicit rating (+1/-1) and optional hint for a turn; overrides the judge."""
         if feedback is None:
             raise ApiError(404, "Feedback is not enabled on this server.", type="not_found")
-        return JSONResponse(await feedback(await _read_json(request, max_body_bytes)))
+        return JSONResponse(await feedback(await read_json(request, max_body_bytes)))
 
     @app.post("/admin/rollback", dependencies=[Depends(authorized)])
     async def post_rollback(request: Request) -> JSONResponse:
         """Serve another checkpoint: {"version": "v3"} or {"before_session": ID} or {} (previous)."""
         if rollback is None:
             raise ApiError(404, "Rollback is not available on this server.", type="not_found")
-        return JSONResponse(await rollback(await _read_json(request, max_body_bytes)))
+        return JSONResponse(await rollback(await read_json(request, max_body_bytes)))
 
     @app.post("/v1/chat/completions", dependencies=[Depends(authorized)])
     async def chat(request: Request) -> Response:
-        payload = await _read_json(request, max_body_bytes)
+        payload = await read_json(request, max_body_bytes)
         h = request.headers
         prep = service.prepare(
             payload,
@@ -152,29 +168,6 @@ def create_app(
         return JSONResponse(await _collect(prep, events))
 
     return app
-
-
-async def _read_json(request: Request, limit: int) -> Any:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(
-            413,
-            f"Request body is {declared} bytes; the limit is {limit} (server.max_body_bytes).",
-            code="request_too_large",
-        )
-    body = bytearray()
-    async for part in request.stream():
-        body.extend(part)
-        if len(body) > limit:
-            raise ApiError(
-                413,
-                f"Request body exceeds {limit} bytes (server.max_body_bytes).",
-                code="request_too_large",
-            )
-    try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"The body is not valid JSON: {exc}.") from None
 
 
 def _source_hint(user_agent: str) -> str | None:

@@ -175,6 +175,9 @@ class Engine:
             feedback=self._feedback_route,
             rollback=self._rollback_route,
             engine=self,
+            bind_host=s.server.host,
+            allowed_hosts=s.server.allowed_hosts,
+            allowed_origins=s.server.allowed_origins,
         )
         self.http = HttpServer(app, bind_socket(s.server.host, s.server.port))
         await self.http.start()

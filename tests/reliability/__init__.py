@@ -1,0 +1,1 @@
+"""Reliability and security tests against a real engine."""
