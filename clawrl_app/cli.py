@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -145,6 +146,26 @@ def _load(args: argparse.Namespace, paths: AppPaths) -> LoadedSettings:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one `clawrl-app` command; returns its exit status.
+
+    A reader that closes our stdout early (`clawrl-app sessions | head`) ends the command
+    quietly with 141 (128 + SIGPIPE, what the shell reports for tools killed by SIGPIPE).
+    """
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
+    except BrokenPipeError:
+        # Python ignores SIGPIPE, so the write raised instead. Point stdout at devnull so
+        # the interpreter's last flush at exit does not fail (and print) a second time.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -169,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         from clawrl_app.hardware import PlanError
         from clawrl_app.models import ModelError
 
+        if isinstance(exc, BrokenPipeError):
+            raise  # stdout is gone: `main` ends quietly
         if isinstance(exc, ModelError | PlanError | OSError):
             print(f"error: {exc}", file=sys.stderr)
             return 1

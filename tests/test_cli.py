@@ -436,3 +436,44 @@ def test_api_key_is_stable(run_main: Callable[..., tuple[int, str, str]]) -> Non
     assert rc == rc2 == 0
     assert first.strip().startswith("sk-clawrl-")
     assert first == second
+
+
+# --- a reader that stops early (`clawrl-app sessions | head`) -------------------------------
+
+
+def run_into_closed_pipe(home: Path, argv: tuple[str, ...], buffered: bool) -> tuple[int, str]:
+    """Run the CLI with stdout on a pipe whose reader is already gone; (exit code, stderr)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # like `head` that has exited: every write now fails with EPIPE
+    env = cli_env(home)
+    env.pop("PYTHONUNBUFFERED", None)
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    try:
+        proc = subprocess.run(
+            cli_cmd(*argv),
+            env=env,
+            cwd=REPO,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    return proc.returncode, proc.stderr
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+def test_closed_stdout_ends_quietly(tmp_path: Path, buffered: bool) -> None:
+    """Every command that prints ends with 141 and nothing on stderr, never a traceback."""
+    from clawrl_app.engine.store import Store
+
+    with Store(app_paths(tmp_path).store_file) as store:
+        for i in range(300):  # more than a pipe buffer of table rows
+            store.ensure_session(f"s-{i:04d}", "api")
+    for argv in (("sessions", "--limit", "300"), ("config", "show"), ("doctor", "--no-model")):
+        rc, err = run_into_closed_pipe(tmp_path, argv, buffered)
+        assert (rc, err) == (141, ""), argv
+    rc, err = run_into_closed_pipe(tmp_path, ("--help",), buffered)
+    assert rc in (0, 141) and err == ""  # argparse drops a failed help write itself
