@@ -136,9 +136,30 @@ def _network_allowed(allow_network: bool | None) -> bool:
 
 
 def _stage(progress: bool, message: str) -> None:
-    logging.getLogger("clawrl.models").info(message)  # the UI's loading screen shows it
-    if progress:
+    """Log a conversion stage (the UI's loading screen shows it) and, with `progress`, print
+    it too, unless logging already writes it to the terminal (the CLI's log setup does)."""
+    logger = logging.getLogger("clawrl.models")
+    logger.info(message)
+    if progress and not _on_terminal(logger):
         print(f"[clawrl-app] {message}", file=sys.stderr, flush=True)
+
+
+def _on_terminal(logger: logging.Logger) -> bool:
+    """True when `logger` writes its INFO records to stderr or stdout already."""
+    if not logger.isEnabledFor(logging.INFO):
+        return False
+    consoles = (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+    current: logging.Logger | None = logger
+    while current is not None:
+        for h in current.handlers:
+            if (
+                isinstance(h, logging.StreamHandler)
+                and h.stream in consoles
+                and h.level <= logging.INFO
+            ):
+                return True
+        current = current.parent if current.propagate else None
+    return False
 
 
 def resolve_model(
@@ -368,7 +389,12 @@ def convert_gguf(gguf: Path, target: Path, *, progress: bool = True) -> Path:
         timings["save_s"] = time.monotonic() - t
         _stage(progress, "verifying (short greedy generation)")
         t = time.monotonic()
-        sample = _verify(tmp)
+        hf_logging.disable_progress_bar()  # a second "Loading weights" bar would look repeated
+        try:
+            sample = _verify(tmp)
+        finally:
+            if bars and progress:
+                hf_logging.enable_progress_bar()
         timings["verify_s"] = time.monotonic() - t
         meta = {
             **_fingerprint(gguf),
