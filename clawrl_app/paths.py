@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,8 +27,9 @@ class AppPathsError(OSError):
 
 
 def private_dir(path: Path) -> Path:
-    """Create `path` and its missing parents with mode 0700 (whatever the umask), make
-    `path` itself 0700, and return it. Folders that already existed keep their mode."""
+    """Create `path` and its missing parents with mode 0700 (whatever the umask) and take
+    group and other permissions off `path` if it existed; returns `path`. An existing folder
+    keeps its owner bits: one the user made read-only (0500) stays read-only."""
     missing = []
     for d in [path, *path.parents]:
         if d.exists():
@@ -37,7 +39,9 @@ def private_dir(path: Path) -> Path:
         with contextlib.suppress(FileExistsError):  # another process made it meanwhile
             d.mkdir(mode=0o700)
         os.chmod(d, 0o700)  # mkdir's mode is masked by the umask
-    os.chmod(path, 0o700)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        os.chmod(path, mode & 0o700)
     return path
 
 
