@@ -32,6 +32,8 @@ class DashboardScreen(EngineScreen):
             "RolledBack",
             "StatusReported",
             "LoopFailed",
+            "StoreFailed",
+            "StoreRecovered",
             "StepStarted",
             "StepFinished",
         }
