@@ -76,7 +76,7 @@ def advice_for(kind: str, path: Path) -> str:
         "writable by you (and check that the disk is not mounted read-only), or point "
         "CLAWRL_HOME at a writable folder.",
         "locked": f"Another process holds a lock on {path} (a second clawrl-app, or a tool "
-        "such as sqlite3 or DB Browser): close it; clawrl-app tries again by itself.",
+        "such as sqlite3 or DB Browser): close it; a running clawrl-app retries by itself.",
         "full": f"The disk holding {path.parent} is full: free some space. clawrl-app keeps "
         "answering and records again once it can; nothing already recorded is lost.",
         "corrupt": f"The file {path} is damaged or is not a clawrl-app store: stop "
