@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -145,6 +146,26 @@ def _load(args: argparse.Namespace, paths: AppPaths) -> LoadedSettings:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one `clawrl-app` command; returns its exit status.
+
+    A reader that closes our stdout early (`clawrl-app sessions | head`) ends the command
+    quietly with 141 (128 + SIGPIPE, what the shell reports for tools killed by SIGPIPE).
+    """
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
+    except BrokenPipeError:
+        # Python ignores SIGPIPE, so the write raised instead. Point stdout at devnull so
+        # the interpreter's last flush at exit does not fail (and print) a second time.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -166,10 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # user-facing errors: one line, what to do next
+        from clawrl_app.engine.store import StoreError
         from clawrl_app.hardware import PlanError
         from clawrl_app.models import ModelError
 
-        if isinstance(exc, ModelError | PlanError | OSError):
+        if isinstance(exc, BrokenPipeError):
+            raise  # stdout is gone: `main` ends quietly
+        # OSError includes AppPathsError (a folder of the app that cannot be created)
+        if isinstance(exc, ModelError | PlanError | OSError | StoreError):
             print(f"error: {exc}", file=sys.stderr)
             return 1
         raise
@@ -210,11 +235,16 @@ def cmd_launch(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths
     from clawrl_app.tui.client import LocalClient
 
     started: list[EngineThread] = []
+    failures: list[BaseException] = []
 
     def start() -> LocalClient:
-        thread = EngineThread(loaded.settings, paths)
-        started.append(thread)
-        return LocalClient(thread.start())
+        try:
+            thread = EngineThread(loaded.settings, paths)
+            started.append(thread)
+            return LocalClient(thread.start())
+        except BaseException as exc:  # the loading screen shows it; repeated after the UI
+            failures.append(exc)
+            raise
 
     try:
         with _quiet_root_logging():
@@ -223,6 +253,9 @@ def cmd_launch(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths
         for thread in started:
             print("stopping the engine...", flush=True)
             thread.stop()
+    if failures:
+        print(f"error: the engine did not start: {failures[0]}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -261,77 +294,9 @@ def _quiet_root_logging() -> Any:
 
 
 def cmd_doctor(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
-    from clawrl_app.api_key import keyring_backend
-    from clawrl_app.hardware import ModelInfo, PlanError, format_plan, inventory, plan
+    from clawrl_app.doctor import run_doctor
 
-    inv = inventory()
-    print(f"clawrl-app {__version__} doctor\n")
-    print("Hardware")
-    print(f"  CPU cores: {inv.cpu_count}, RAM: {inv.ram_gib:.1f} GiB")
-    if inv.gpus:
-        for g in inv.gpus:
-            print(f"  GPU {g.index}: {g.name}, {g.memory_gib:.0f} GiB")
-    else:
-        print("  GPUs: none found (nvidia-smi absent or no device)")
-    print(
-        f"  sglang importable: {'yes' if inv.sglang_available else 'no (pip install clawrl-app[sglang] on a GPU machine)'}"
-    )
-    info: ModelInfo | None = None
-    print("\nModel")
-    if args.no_model:
-        print("  (skipped: --no-model)")
-        info = ModelInfo.estimate("SmolLM2-135M-Instruct", 0.135, 8192)
-    else:
-        from clawrl_app.models import read_model_config, resolve_model
-
-        m = resolve_model(loaded.settings.model.path, paths)
-        info = ModelInfo.from_hf_config(m.name, read_model_config(m.path))
-        print(f"  {m.name} ({m.source}) at {m.path}")
-        print(f"  {info.params_b:.3f} B parameters, context {m.context_length} tokens")
-    print("\nPlan")
-    try:
-        print("  " + format_plan(plan(inv, info, loaded.settings)).replace("\n", "\n  "))
-    except PlanError as exc:
-        print(f"  cannot plan: {exc}")
-    print("\nStore and secrets")
-    print(
-        f"  store: {paths.store_file}{'' if paths.store_file.exists() else ' (created on first start)'}"
-    )
-    print(
-        f"  config file: {paths.config_file}{'' if paths.config_file.exists() else ' (none; defaults)'}"
-    )
-    kb = keyring_backend()
-    print(
-        f"  keyring backend: {kb or f'none: the API key falls back to a 0600 file ({paths.api_key_file})'}"
-    )
-    _doctor_publishing(paths)
-    return 0
-
-
-def _doctor_publishing(paths: AppPaths) -> None:
-    """The checkpoints the publisher refused lately, with the numbers it refused them on."""
-    if not paths.store_file.exists():
-        return
-    from datetime import datetime
-
-    from clawrl_app.engine.store import Store
-
-    store = Store(paths.store_file)
-    try:
-        refused = store.latest_events("PublishRefused", limit=5)
-    finally:
-        store.close()
-    print("\nPublishing")
-    if not refused:
-        print("  no checkpoint was refused")
-        return
-    for ev in refused:
-        when = datetime.fromtimestamp(ev.ts).strftime("%Y-%m-%d %H:%M")
-        print(f"  {when}  {ev.payload.get('reason', '?')}")
-    print(
-        "  A refused checkpoint is never served. A canary gap means the server and the trainer\n"
-        "  compute different policies (precision, quantization): see README, 'QLoRA'."
-    )
+    return run_doctor(loaded.settings, paths, resolve=not args.no_model)
 
 
 def cmd_config(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:

@@ -11,6 +11,8 @@ tokenizer files with a chat template):
 
 Conversion writes into a temp dir next to the target and renames it into place only after
 a verification generation succeeded, so a crash never leaves a half model that is reused.
+Converted and downloaded models are private like the rest of the app's data (folders 0700,
+files 0600): a user's own GGUF may hold fine-tuned weights.
 torch/transformers are imported inside functions: importing this module is cheap.
 """
 
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from clawrl_app.paths import AppPaths
+from clawrl_app.paths import AppPaths, private_dir, private_tree
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -134,9 +136,30 @@ def _network_allowed(allow_network: bool | None) -> bool:
 
 
 def _stage(progress: bool, message: str) -> None:
-    logging.getLogger("clawrl.models").info(message)  # the UI's loading screen shows it
-    if progress:
+    """Log a conversion stage (the UI's loading screen shows it) and, with `progress`, print
+    it too, unless logging already writes it to the terminal (the CLI's log setup does)."""
+    logger = logging.getLogger("clawrl.models")
+    logger.info(message)
+    if progress and not _on_terminal(logger):
         print(f"[clawrl-app] {message}", file=sys.stderr, flush=True)
+
+
+def _on_terminal(logger: logging.Logger) -> bool:
+    """True when `logger` writes its INFO records to stderr or stdout already."""
+    if not logger.isEnabledFor(logging.INFO):
+        return False
+    consoles = (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+    current: logging.Logger | None = logger
+    while current is not None:
+        for h in current.handlers:
+            if (
+                isinstance(h, logging.StreamHandler)
+                and h.stream in consoles
+                and h.level <= logging.INFO
+            ):
+                return True
+        current = current.parent if current.propagate else None
+    return False
 
 
 def resolve_model(
@@ -164,8 +187,22 @@ def resolve_model(
     raise ModelError(f"model path {path} does not exist (and is not a hub id like org/name)")
 
 
+def _models_dir(paths: AppPaths) -> Path:
+    """The converted-models folder, created owner-only (with the cache folder above it)."""
+    private_dir(paths.cache_dir)
+    return private_dir(paths.models_dir)
+
+
+def _keep_private(target: Path) -> None:
+    """Tighten a model folder written by an older clawrl-app (files were 0644 then)."""
+    try:
+        private_tree(target)
+    except OSError as exc:  # e.g. a cache shared with another account: still usable
+        logging.getLogger("clawrl.models").warning("cannot make %s private: %s", target, exc)
+
+
 def _resolve_hub(repo_id: str, paths: AppPaths, network: bool, progress: bool) -> ResolvedModel:
-    target = paths.models_dir / repo_id.replace("/", "--")
+    target = _models_dir(paths) / repo_id.replace("/", "--")
     if not (target / DOWNLOAD_FILE).is_file():
         if not network:
             raise ModelError(
@@ -184,6 +221,7 @@ def _resolve_hub(repo_id: str, paths: AppPaths, network: bool, progress: bool) -
             raise ModelError(f"{repo_id!r} has no config.json + safetensors weights on the hub")
         meta = {"repo_id": repo_id, "seconds": round(time.monotonic() - started, 2)}
         (target / DOWNLOAD_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    _keep_private(target)
     config = read_model_config(target)
     return ResolvedModel(target, "hub", repo_id.split("/")[-1], _context_length(config))
 
@@ -223,7 +261,7 @@ def _lock(path: Path, *, blocking: bool = True) -> Iterator[bool]:
     except ImportError:  # pragma: no cover - Windows
         yield True
         return
-    with path.open("a") as fh:
+    with open(path, "a", opener=lambda p, flags: os.open(p, flags, 0o600)) as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError:
@@ -244,8 +282,7 @@ def _clean_stale(models_dir: Path, name: str) -> None:
 def _resolve_gguf(
     gguf: Path, paths: AppPaths, name: str, source: Source, progress: bool
 ) -> ResolvedModel:
-    models_dir = paths.models_dir
-    models_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    models_dir = _models_dir(paths)
     target = models_dir / name
     lock_file = models_dir / f".{name}.lock"
     if _is_current(target, gguf):
@@ -257,6 +294,7 @@ def _resolve_gguf(
             _clean_stale(models_dir, name)
             if not _is_current(target, gguf):  # another process may have finished meanwhile
                 convert_gguf(gguf, target, progress=progress)
+    _keep_private(target)
     return ResolvedModel(target, source, name, _context_length(read_model_config(target)))
 
 
@@ -351,7 +389,12 @@ def convert_gguf(gguf: Path, target: Path, *, progress: bool = True) -> Path:
         timings["save_s"] = time.monotonic() - t
         _stage(progress, "verifying (short greedy generation)")
         t = time.monotonic()
-        sample = _verify(tmp)
+        hf_logging.disable_progress_bar()  # a second "Loading weights" bar would look repeated
+        try:
+            sample = _verify(tmp)
+        finally:
+            if bars and progress:
+                hf_logging.enable_progress_bar()
         timings["verify_s"] = time.monotonic() - t
         meta = {
             **_fingerprint(gguf),
@@ -367,6 +410,7 @@ def convert_gguf(gguf: Path, target: Path, *, progress: bool = True) -> Path:
             "total_s": round(time.monotonic() - started, 2),
         }
         (tmp / CONVERSION_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        private_tree(tmp)  # before the rename: the model never appears readable by others
         if target.exists():  # an outdated or unfinished conversion: set it aside first
             old = target.parent / f".{target.name}.tmp-old-{os.getpid()}-{time.time_ns()}"
             os.replace(target, old)

@@ -1,18 +1,48 @@
 """Where clawrl-app keeps its files.
 
 platformdirs locations by default; `CLAWRL_HOME` puts everything under one folder (tests,
-portable installs). Every directory is created with mode 0700 because it holds user data.
+portable installs). Every directory is created with mode 0700 because it holds user data:
+the `CLAWRL_HOME` folder itself, the app's folders, the `clawrl-app` folders platformdirs
+names, and any missing parent created on the way (as the XDG base directory spec asks).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
 
 APP_NAME = "clawrl-app"
+
+
+class AppPathsError(OSError):
+    """A folder of the app cannot be created or made private; the message says what to do."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else super().__str__()
+
+
+def private_dir(path: Path) -> Path:
+    """Create `path` and its missing parents with mode 0700 (whatever the umask) and take
+    group and other permissions off `path` if it existed; returns `path`. An existing folder
+    keeps its owner bits: one the user made read-only (0500) stays read-only."""
+    missing = []
+    for d in [path, *path.parents]:
+        if d.exists():
+            break
+        missing.append(d)
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+            d.mkdir(mode=0o700)
+        os.chmod(d, 0o700)  # mkdir's mode is masked by the umask
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        os.chmod(path, mode & 0o700)
+    return path
 
 
 @dataclass(frozen=True)
@@ -23,6 +53,8 @@ class AppPaths:
     data_dir: Path
     cache_dir: Path
     log_dir: Path
+    root: Path | None = None
+    """The `CLAWRL_HOME` folder that holds the four others (None with platformdirs)."""
 
     @property
     def config_file(self) -> Path:
@@ -54,11 +86,24 @@ class AppPaths:
         """Fallback API key file (0600) when no keyring backend exists."""
         return self.config_dir / "api_key"
 
+    def private_folders(self) -> list[Path]:
+        """The folders `ensure()` keeps owner-only: the root, the app's folders and the
+        `clawrl-app` folders above them (platformdirs' log dir is `.../clawrl-app/log`)."""
+        folders = [self.root] if self.root is not None else []
+        for d in (self.config_dir, self.data_dir, self.cache_dir, self.log_dir):
+            folders += [p for p in reversed(d.parents) if p.name == APP_NAME] + [d]
+        return list(dict.fromkeys(folders))
+
     def ensure(self) -> AppPaths:
         """Create every folder with owner-only permissions and return self."""
-        for d in (self.config_dir, self.data_dir, self.cache_dir, self.log_dir):
-            d.mkdir(parents=True, exist_ok=True)
-            os.chmod(d, 0o700)
+        for d in self.private_folders():
+            try:
+                private_dir(d)
+            except OSError as e:
+                raise AppPathsError(
+                    f"cannot create or protect the folder {d}: {e.strerror or e}. Make it (and "
+                    "its parent) writable by you, or point CLAWRL_HOME at a writable folder."
+                ) from e
         return self
 
 
@@ -67,13 +112,26 @@ def app_paths(home: str | os.PathLike[str] | None = None) -> AppPaths:
     root = home if home is not None else os.environ.get("CLAWRL_HOME")
     if root:
         base = Path(root).expanduser().resolve()
-        return AppPaths(base / "config", base / "data", base / "cache", base / "logs")
+        return AppPaths(base / "config", base / "data", base / "cache", base / "logs", base)
     return AppPaths(
         Path(platformdirs.user_config_dir(APP_NAME)),
         Path(platformdirs.user_data_dir(APP_NAME)),
         Path(platformdirs.user_cache_dir(APP_NAME)),
         Path(platformdirs.user_log_dir(APP_NAME)),
     )
+
+
+def private_tree(root: Path) -> None:
+    """Make every folder under `root` (itself included) 0700 and every file 0600.
+
+    Symbolic links are left alone: `chmod` would change the file they point to.
+    """
+    for p in [root, *root.rglob("*")]:
+        if p.is_symlink():
+            continue
+        want = 0o700 if p.is_dir() else 0o600
+        if p.stat().st_mode & 0o777 != want:
+            os.chmod(p, want)
 
 
 def write_private(path: Path, data: bytes) -> None:

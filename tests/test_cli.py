@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -419,6 +420,70 @@ def test_doctor_no_model(tmp_path: Path, run_main: Callable[..., tuple[int, str,
     assert not paths.api_key_file.exists()  # doctor only reports
 
 
+def test_doctor_reports_free_space_and_store_integrity(
+    tmp_path: Path, run_main: Callable[..., tuple[int, str, str]]
+) -> None:
+    from clawrl_app.doctor import disk_line
+    from clawrl_app.engine.store import Store
+
+    store_file = app_paths(tmp_path).store_file
+    with Store(store_file) as store:
+        for i in range(400):  # a few dozen pages
+            store.ensure_session(f"s-{i:04d}", "api " * 40)
+    rc, out, err = run_main("doctor", "--no-model")
+    assert rc == 0, err
+    assert f"store: {store_file} (" in out and "integrity check ok" in out
+    line = next(x for x in out.splitlines() if "free disk space:" in x)
+    shown_gib = float(line.split("free disk space:")[1].split("GiB")[0])
+    assert abs(shown_gib - shutil.disk_usage(tmp_path).free / 2**30) < 0.2
+    low = disk_line(tmp_path, low_gib=shown_gib + 1)
+    assert "LOW" in low and f"{shown_gib:.1f} GiB" in low and "free some space" in low
+
+    with store_file.open("r+b") as f:  # a damaged page in the middle of the file
+        f.seek(8 * 4096)
+        f.write(os.urandom(4 * 4096))
+    rc, out, err = run_main("doctor", "--no-model")
+    assert rc == 1
+    line = next(x for x in out.splitlines() if str(store_file) in x)
+    assert "damaged" in line.lower() and "move it away" in line
+
+    store_file.write_bytes(os.urandom(8192))  # not a database at all
+    rc, out, err = run_main("doctor", "--no-model")
+    assert rc == 1 and "not a database" in out and "move it away" in out
+    assert "Traceback" not in out + err
+
+
+@pytest.mark.slow
+def test_doctor_prints_each_conversion_stage_once(tmp_path: Path, embedded_model: Any) -> None:
+    """Regression: with the CLI's logging each stage came out twice (log line + print).
+
+    The real `clawrl-app doctor` (real logging set-up) converts the model into a fresh home;
+    only the 20-second GGUF read is replaced by the same real weights (see test_models)."""
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from clawrl_app import models\n"
+        "from clawrl_app.cli import main\n"
+        f"cached = models.ResolvedModel(Path({str(embedded_model.path)!r}), 'local', 'm', 0)\n"
+        "models._load_gguf = lambda gguf, progress=False: models.load_model(cached)\n"
+        "sys.exit(main(['doctor']))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env=cli_env(tmp_path),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for stage in ("converting", "saving safetensors", "verifying", "model ready in"):
+        assert proc.stderr.count(stage) == 1, (stage, proc.stderr)
+    assert proc.stderr.count("Loading weights:   0%") <= 1  # not once more for verifying
+    assert "integrity check ok" not in proc.stdout  # no store yet: doctor only reports
+    assert "(created on first start)" in proc.stdout
+
+
 def test_api_key_file_fallback(runs: dict[str, Run]) -> None:
     r = runs["api-key"]
     assert r.returncode == 0, r.stderr
@@ -436,3 +501,44 @@ def test_api_key_is_stable(run_main: Callable[..., tuple[int, str, str]]) -> Non
     assert rc == rc2 == 0
     assert first.strip().startswith("sk-clawrl-")
     assert first == second
+
+
+# --- a reader that stops early (`clawrl-app sessions | head`) -------------------------------
+
+
+def run_into_closed_pipe(home: Path, argv: tuple[str, ...], buffered: bool) -> tuple[int, str]:
+    """Run the CLI with stdout on a pipe whose reader is already gone; (exit code, stderr)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # like `head` that has exited: every write now fails with EPIPE
+    env = cli_env(home)
+    env.pop("PYTHONUNBUFFERED", None)
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    try:
+        proc = subprocess.run(
+            cli_cmd(*argv),
+            env=env,
+            cwd=REPO,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    return proc.returncode, proc.stderr
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+def test_closed_stdout_ends_quietly(tmp_path: Path, buffered: bool) -> None:
+    """Every command that prints ends with 141 and nothing on stderr, never a traceback."""
+    from clawrl_app.engine.store import Store
+
+    with Store(app_paths(tmp_path).store_file) as store:
+        for i in range(300):  # more than a pipe buffer of table rows
+            store.ensure_session(f"s-{i:04d}", "api")
+    for argv in (("sessions", "--limit", "300"), ("config", "show"), ("doctor", "--no-model")):
+        rc, err = run_into_closed_pipe(tmp_path, argv, buffered)
+        assert (rc, err) == (141, ""), argv
+    rc, err = run_into_closed_pipe(tmp_path, ("--help",), buffered)
+    assert rc in (0, 141) and err == ""  # argparse drops a failed help write itself

@@ -12,6 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from safetensors.numpy import save_file
+
 from clawrl_app.engine.backends.base import BackendError, BackendInfo
 from clawrl_app.engine.checkpoints import MANIFEST
 from clawrl_app.engine.publisher import Publisher
@@ -71,6 +74,7 @@ def checkpoint(tmp: Path, store: Store, version: str, canary_lp: float) -> Any:
         "canary": [{"prompt_ids": [1, 2], "response_ids": [3, 4], "logprobs": [canary_lp] * 2}],
     }
     (d / MANIFEST).write_text(json.dumps(manifest))
+    save_file({"w": np.zeros(4, dtype=np.float32)}, str(d / "model.safetensors"))
     return store.register_checkpoint(version, d, None, 1, {}, [], [])
 
 

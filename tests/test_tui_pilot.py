@@ -88,6 +88,37 @@ async def test_chat_message_becomes_a_session(ui_engine: Any) -> None:
         await until(pilot, lambda: screen.session_id in [k.value for k in table.rows])
 
 
+def keys(text: str) -> list[str]:
+    """The key presses that type `text`."""
+    return ["space" if c == " " else c for c in text]
+
+
+async def test_chat_input_has_focus_when_the_screen_opens(ui_engine: Any) -> None:
+    """Regression: after `4` typed text went nowhere until Tab moved focus to the input.
+    No Tab, no click here: keys typed right after opening (and after coming back) send."""
+    app = ClawrlApp(LocalClient(ui_engine), capture_logs=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        screen = app.screen
+        assert isinstance(screen, ChatScreen)
+        await pilot.press(*keys("hello there"), "enter")
+        await until(pilot, lambda: len(screen.messages) == 2, timeout=30)
+        assert screen.messages[0] == {"role": "user", "content": "hello there"}
+        shown = [str(w.render()) for w in screen.query("#chat-log .user")]
+        assert shown == ["hello there"]
+        store = ui_engine.engine.store
+        await until(pilot, lambda: store.turns_for_session(screen.session_id))
+
+        # Escape leaves the input (so 1-5 switch screens); coming back focuses it again.
+        await pilot.press("escape", "1")
+        assert isinstance(app.screen, DashboardScreen)
+        await pilot.press("4")
+        assert app.screen is screen
+        await pilot.press(*keys("bye"), "enter")
+        await until(pilot, lambda: len(screen.messages) == 4, timeout=30)
+        assert screen.messages[2] == {"role": "user", "content": "bye"}
+
+
 async def test_review_and_rating_change_the_store(ui_engine: Any) -> None:
     converse(ui_engine.url, 1, "review")  # session "review-0": three main turns
     store = ui_engine.engine.store

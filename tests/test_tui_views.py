@@ -85,6 +85,7 @@ def test_status_lines() -> None:
         "judging": {"judged": 3, "queue_depth": 2, "last_error": "boom"},
         "training": {"state": "running", "stepping": True, "last_error": None},
         "counts": {"sessions": 4, "turns": 9, "samples_pending": 2, "samples_trained": 1},
+        "storage": {"state": "failed", "last_error": "The disk holding /d is full: free space."},
     }
     assert views.endpoint_line(status) == (
         "http://127.0.0.1:30000/v1  ·  key …abcd (clawrl-app api-key)  ·  serving v2"
@@ -93,6 +94,7 @@ def test_status_lines() -> None:
         "serving     running ",
         "judging     failed   queue 2  last error: boom",
         "training    running  step in progress",
+        "storage     failed    last error: The disk holding /d is full: free space.",
     ]
     assert "turns 9" in views.counter_line(status) and "pending 2" in views.counter_line(status)
 

@@ -26,7 +26,7 @@ from clawrl_app.engine.backends.base import (
 )
 from clawrl_app.engine.chat_format import ChatFormatter, IncrementalText, parse_answer
 from clawrl_app.engine.cpu_share import ServingActivity
-from clawrl_app.engine.events import EventSink, SessionClosed, StoreFailed, TurnRecorded
+from clawrl_app.engine.events import EventSink, SessionClosed, TurnRecorded
 from clawrl_app.engine.openai_schema import ApiError, ChatRequest, TokenLogprob, parse_chat_request
 from clawrl_app.engine.sessions import (
     SessionDecision,
@@ -34,7 +34,7 @@ from clawrl_app.engine.sessions import (
     SessionTracker,
     pop_session_fields,
 )
-from clawrl_app.engine.store import NewTurn, Store
+from clawrl_app.engine.store import NewTurn, Store, StoreError
 
 log = logging.getLogger("clawrl.chat")
 
@@ -109,6 +109,8 @@ class ChatService:
         self.request_timeout_s = request_timeout_s
         self.active = 0
         """Answers started and not yet finished or abandoned (each holds one slot)."""
+        self.unrecorded_turns = 0
+        """Turns answered but not recorded because the store failed (since start-up)."""
 
     # -- names -----------------------------------------------------------------------
     def model_name(self, version: str) -> str:
@@ -360,8 +362,12 @@ class ChatService:
         try:
             row = await asyncio.to_thread(self._write_turn, d.source, turn, d.done)
         except Exception as exc:  # the client still gets its answer
-            log.exception("recording a turn failed")
-            self.events(StoreFailed("record_turn", f"{type(exc).__name__}: {exc}"))
+            self.unrecorded_turns += 1
+            if isinstance(exc, StoreError) and exc.is_fault:
+                # the store reports the fault once (StoreFailed); one line per lost turn here
+                log.warning("turn of session %s answered but not recorded: %s", d.session_id, exc)
+            else:
+                log.exception("recording a turn failed")
             return None
         self.events(TurnRecorded(d.session_id, row, d.turn_type, version, len(ids), latency_ms))
         if d.done:

@@ -1,6 +1,10 @@
 """Checkpoint folders: `adapter_{step:06d}` (PEFT format) with optimizer, RNG, trainer state
 and a manifest, written atomically (temp folder + rename) so a crash never leaves a
 half checkpoint that could be loaded.
+
+A folder can still be damaged later (a full disk, a copy cut short, a hand edit):
+`checkpoint_problem` says why one cannot be served or resumed from, so the publisher
+refuses it and the trainer resumes from an older one instead of failing on it.
 """
 
 from __future__ import annotations
@@ -12,8 +16,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clawrl_app.engine.store import CheckpointRow
+
 MANIFEST = "manifest.json"
 STATE = "trainer_state.json"
+RESUME_FILES = (STATE, "optimizer.pt", "rng.pt")
+"""What the trainer reads besides the weights to continue from a checkpoint."""
 
 
 @dataclass
@@ -84,3 +92,58 @@ def clean_temp(root: Path) -> None:
     if root.exists():
         for d in root.glob(".tmp-*"):
             shutil.rmtree(d, ignore_errors=True)
+
+
+def checkpoint_problem(path: Path, *, resume: bool = False) -> str | None:
+    """Why the checkpoint folder `path` cannot be served (or, with `resume`, trained on
+    from), or None when it looks sound: a missing or garbled manifest, no weights, a
+    truncated or garbled safetensors file, missing trainer state. Reads headers only."""
+    if not path.is_dir():
+        return f"its folder {path} is missing"
+    try:
+        read_manifest(path)
+    except FileNotFoundError:
+        return f"{MANIFEST} is missing"
+    except (OSError, ValueError, TypeError) as exc:  # not JSON, not an object, wrong fields
+        return f"{MANIFEST} is unreadable ({type(exc).__name__}: {exc})"
+    weights = sorted(path.glob("*.safetensors"))
+    if not weights and not any(path.glob("*.bin")):
+        return "it holds no weights (*.safetensors)"
+    for file in weights:
+        if (why := _safetensors_problem(file)) is not None:
+            return f"{file.name} is damaged ({why})"
+    if resume:
+        for name in RESUME_FILES:
+            if not (path / name).is_file() or (path / name).stat().st_size == 0:
+                return f"{name} is missing or empty"
+        try:
+            state = json.loads((path / STATE).read_text())
+        except (OSError, ValueError) as exc:
+            return f"{STATE} is unreadable ({type(exc).__name__}: {exc})"
+        if not isinstance(state, dict) or not {"step", "baseline", "version"} <= state.keys():
+            return f"{STATE} lacks step, baseline or version"
+    return None
+
+
+def _safetensors_problem(file: Path) -> str | None:
+    """Why the safetensors header of `file` does not describe the file, or None."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(file), framework="np"):
+            return None
+    except Exception as exc:  # safetensors raises its own error type for every defect
+        return str(exc)
+
+
+def newest_resumable(rows: list[CheckpointRow]) -> tuple[str | None, list[str]]:
+    """The newest checkpoint (not pruned, folder present) the trainer can continue from,
+    and why each newer one was skipped (one line per checkpoint)."""
+    skipped: list[str] = []
+    candidates = [r for r in rows if r.status != "pruned" and Path(r.path).exists()]
+    for row in sorted(candidates, key=lambda r: r.created, reverse=True):
+        problem = checkpoint_problem(Path(row.path), resume=True)
+        if problem is None:
+            return row.version, skipped
+        skipped.append(f"{row.version} ({row.path}): {problem}")
+    return None, skipped

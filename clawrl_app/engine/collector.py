@@ -18,6 +18,7 @@ from typing import Any
 from clawrl_app.engine.events import EventSink, SampleCreated, wait_for_poke
 from clawrl_app.engine.sessions import message_text
 from clawrl_app.engine.store import Store, TurnRow
+from clawrl_app.engine.store.faults import log_failure
 
 log = logging.getLogger("clawrl.collector")
 
@@ -119,7 +120,7 @@ class Collector:
                 await asyncio.to_thread(self.collect_once)
                 self.last_error = None
             except Exception as exc:
-                log.exception("collector pass failed")
+                log_failure(log, "collector pass failed", exc)
                 self.last_error = f"{type(exc).__name__}: {exc}"
             await wait_for_poke(self._wake, self.interval_s)
 

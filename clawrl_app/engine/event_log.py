@@ -12,6 +12,7 @@ import threading
 
 from clawrl_app.engine.events import EPHEMERAL_EVENTS, Event
 from clawrl_app.engine.store import Store
+from clawrl_app.engine.store.faults import log_failure
 
 log = logging.getLogger("clawrl.events")
 _STOP = object()
@@ -39,8 +40,8 @@ class EventLog:
             assert isinstance(item, Event)
             try:
                 self._store.add_event(item.kind, item.payload())
-            except Exception:
-                log.exception("could not store event %s", item.kind)
+            except Exception as exc:
+                log_failure(log, f"could not store event {item.kind}", exc)
 
     def close(self) -> None:
         """Write what is queued, then stop the thread."""

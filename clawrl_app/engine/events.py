@@ -46,10 +46,24 @@ class SessionClosed(Event):
 
 @dataclass(frozen=True)
 class StoreFailed(Event):
-    """Recording failed; the client still got its answer."""
+    """The store stopped working (disk full, read-only, locked, damaged): sent once when it
+    begins. Clients still get their answers; they are not recorded until `StoreRecovered`."""
 
     operation: str
     error: str
+    """What happened and what to do, naming the file."""
+    kind: str = "other"
+    """readonly | locked | full | corrupt | io (see `clawrl_app.engine.store.FAULT_KINDS`)."""
+
+
+@dataclass(frozen=True)
+class StoreRecovered(Event):
+    """A write succeeded again after a `StoreFailed`."""
+
+    down_s: float
+    """How long the store was failing."""
+    unrecorded_turns: int
+    """Turns answered meanwhile without being recorded."""
 
 
 @dataclass(frozen=True)

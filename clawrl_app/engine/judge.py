@@ -34,6 +34,7 @@ from clawrl_app.engine.judge_prompts import (
 )
 from clawrl_app.engine.plugins import coerce_reward
 from clawrl_app.engine.store import SampleRow, Store, TurnRow
+from clawrl_app.engine.store.faults import log_failure
 from clawrl_app.engine.votes import majority_vote, parse_boxed, parse_hint_vote, select_hint
 
 log = logging.getLogger("clawrl.judge")
@@ -342,7 +343,7 @@ class JudgeLoop:
                 n = await self.run_once()
                 self.last_error = None if n else self.last_error
             except Exception as exc:
-                log.exception("judge pass failed")
+                log_failure(log, "judge pass failed", exc)
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 n = 0
             if n == 0:

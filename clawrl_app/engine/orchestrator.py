@@ -20,6 +20,7 @@ from clawrl_app.engine.api import create_app
 from clawrl_app.engine.backends.base import Backend
 from clawrl_app.engine.chat_format import ChatFormatter
 from clawrl_app.engine.chat_service import ChatService
+from clawrl_app.engine.checkpoints import newest_resumable
 from clawrl_app.engine.collector import Collector
 from clawrl_app.engine.cpu_share import BusyFlag, ServingActivity
 from clawrl_app.engine.event_log import EventLog
@@ -42,7 +43,9 @@ from clawrl_app.engine.publisher import Publisher
 from clawrl_app.engine.retention import prune
 from clawrl_app.engine.rollback import RollbackError, choose_target
 from clawrl_app.engine.schedule import gate
-from clawrl_app.engine.store import JudgmentRow, Store
+from clawrl_app.engine.storage_watch import StorageWatch
+from clawrl_app.engine.store import JudgmentRow, Store, StoreError
+from clawrl_app.engine.store.faults import log_failure
 from clawrl_app.engine.trainer_config import TrainerConfig
 from clawrl_app.engine.trainer_supervisor import TrainerSupervisor
 from clawrl_app.hardware import ModelInfo, Plan, inventory, plan
@@ -96,12 +99,15 @@ class Engine:
         self.trainer: TrainerSupervisor | None = None
         self.serving_flag: BusyFlag | None = None
         self._scheduler: Any = None
+        self.storage: StorageWatch | None = None
 
     # -- wiring ----------------------------------------------------------------------
     def add_sink(self, sink: EventSink) -> None:
         self._sinks.append(sink)
 
     def _emit(self, event: Event) -> None:
+        if isinstance(event, TurnRecorded) and self.storage is not None:
+            self.storage.turn_recorded()
         if isinstance(event, TurnRecorded | SessionClosed) and self.collector is not None:
             self.collector.poke()
         elif isinstance(event, SampleCreated) and self.judge_loop is not None:
@@ -122,9 +128,27 @@ class Engine:
 
     # -- lifecycle -------------------------------------------------------------------
     async def start(self) -> None:
-        """Resolve and load the model, start the backend and the endpoint."""
+        """Resolve and load the model, start the backend and the endpoint. A failure stops
+        what was started already and raises (a `StoreError` names the file and what to do)."""
+        try:
+            await self._start()
+        except BaseException:
+            try:
+                await self.stop()
+            except Exception:  # the start-up failure is what the user needs to see
+                log.exception("cleaning up after the failed start failed")
+            raise
+
+    async def _start(self) -> None:
         s = self.settings
         self.store = Store(self.paths.store_file)
+        # A damaged file is refused now, with what to do, rather than failing turn by turn.
+        await asyncio.to_thread(self.store.ensure_sound)
+        self.storage = StorageWatch(
+            self.store,
+            self._emit,
+            unrecorded=lambda: self.service.unrecorded_turns if self.service else 0,
+        )
         released = self.store.release_claims()  # one engine per store: old claims are dead
         if released:
             log.info("re-queued %d samples whose judging was interrupted", released)
@@ -207,9 +231,10 @@ class Engine:
             )
             self._tasks.append(asyncio.create_task(self._gate_training()))
             # after a rollback the trainer continues from the rolled-back-to version
-            resume = None
             if restored is not None and restored.rolled_back:
                 resume = "none" if restored.version == "base" else restored.version
+            else:
+                resume = self._resume_target()
             await self.trainer.start(resume_from=resume)
         self._tasks.append(asyncio.create_task(self._report_status()))
         self._start_retention()
@@ -233,6 +258,15 @@ class Engine:
         dest = self.paths.models_dir / f"{self.model.name}-nf4-base"
         path = export_nf4_base(self.model.path, dest, device=device, dtype=dtype, progress=log.info)
         return replace(self.model, path=path)
+
+    def _resume_target(self) -> str:
+        """The newest checkpoint the trainer can resume from; damaged ones are skipped with
+        a warning (and "none", the base model, when no checkpoint is usable)."""
+        assert self.store is not None
+        version, skipped = newest_resumable(self.store.list_checkpoints())
+        for reason in skipped:
+            log.warning("the trainer does not resume from %s", reason)
+        return version or "none"
 
     def _build_backend(self) -> tuple[Backend, Any]:
         assert self.model is not None and self.plan is not None
@@ -266,7 +300,7 @@ class Engine:
                 try:
                     await asyncio.to_thread(self.service.close_idle_sessions, idle_s)
                 except Exception as exc:
-                    log.exception("closing idle sessions failed")
+                    log_failure(log, "closing idle sessions failed", exc)
                     self.loops["serving"].last_error = str(exc)
 
     def _serving_flag(self) -> BusyFlag | None:
@@ -484,8 +518,13 @@ class Engine:
             out["training"] = self.trainer.status()
         if self.publisher is not None:
             out["publishing"] = self.publisher.status()
+        if self.storage is not None:
+            out["storage"] = self.storage.status()
         if self.store is not None:
-            out["counts"] = counts = self.store.session_stats()
+            try:
+                out["counts"] = counts = self.store.session_stats()
+            except StoreError:  # a damaged store: the storage entry says what to do
+                out["counts"] = counts = {}
             if "judging" in out:
                 out["judging"]["queue_depth"] = counts.get("samples_pending", 0)
             if "collection" in out:

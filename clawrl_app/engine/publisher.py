@@ -3,7 +3,8 @@
 A new adapter is loaded under its own version name, checked against the trainer's canary
 log-probs (a mismatch refuses the version), then new requests are routed to it; the old
 version is unloaded once its in-flight requests finish. Serving never returns 503 or
-stalls because of this.
+stalls because of this. A damaged checkpoint folder (manifest or weights) is refused
+before anything is loaded, with the reason logged; later checkpoints publish as usual.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from clawrl_app.engine.backends.base import Backend, BackendError
-from clawrl_app.engine.checkpoints import read_manifest
+from clawrl_app.engine.checkpoints import checkpoint_problem, read_manifest
 from clawrl_app.engine.cpu_share import ServingActivity
 from clawrl_app.engine.events import (
     EventSink,
@@ -24,8 +25,15 @@ from clawrl_app.engine.events import (
     PublishRefused,
     wait_for_poke,
 )
-from clawrl_app.engine.rollback import BASE, ServedState, read_served, write_served
-from clawrl_app.engine.store import CheckpointRow, Store
+from clawrl_app.engine.rollback import (
+    BASE,
+    RollbackError,
+    ServedState,
+    read_served,
+    write_served,
+)
+from clawrl_app.engine.store import CheckpointRow, Store, StoreError
+from clawrl_app.engine.store.faults import log_failure
 
 log = logging.getLogger("clawrl.publisher")
 
@@ -84,32 +92,40 @@ class Publisher:
     async def _publish(self, row: CheckpointRow, check: bool) -> bool:
         t0 = time.monotonic()
         name = row.version
-        if name not in self.backend.info().versions:
+        problem = await asyncio.to_thread(checkpoint_problem, Path(row.path))
+        if problem is not None:
+            self._refuse(name, f"{name} refused: its checkpoint folder {row.path}: {problem}")
+            return False
+        loaded = name not in self.backend.info().versions
+        if loaded:
             await self.backend.load_adapter(name, Path(row.path))
         previous = self.backend.active_version
         activated = False
-        if check:
-            try:
-                gap = await self._canary(name, Path(row.path))
-            except BackendError:  # full weights on SGLang: scorable only once served
+        try:
+            if check:
+                try:
+                    gap = await self._canary(name, Path(row.path))
+                except BackendError:  # full weights on SGLang: scorable only once served
+                    await self.backend.activate(name)
+                    activated = True
+                    gap = await self._canary(name, Path(row.path))
+                if gap > self.tolerance:
+                    if activated:
+                        await self.backend.activate(previous)
+                    await self.backend.unload_adapter(name)
+                    self._refuse(
+                        name,
+                        f"{name} not published: the server's canary log-probs differ from the "
+                        f"trainer's by {gap:.3g} (tolerance {self.tolerance:g}); the served "
+                        "model and the trainer do not compute the same policy",
+                        gap,
+                    )
+                    return False
+            if not activated:
                 await self.backend.activate(name)
-                activated = True
-                gap = await self._canary(name, Path(row.path))
-            if gap > self.tolerance:
-                if activated:
-                    await self.backend.activate(previous)
-                self.store.set_checkpoint_status(name, "refused")
-                await self.backend.unload_adapter(name)
-                self._refused(
-                    name,
-                    f"{name} not published: the server's canary log-probs differ from the "
-                    f"trainer's by {gap:.3g} (tolerance {self.tolerance:g}); the served model "
-                    "and the trainer do not compute the same policy",
-                    gap,
-                )
-                return False
-        if not activated:
-            await self.backend.activate(name)
+        except BaseException:  # a failed check or switch releases the version it loaded
+            await self._release(name, previous, activated, loaded)
+            raise
         self.store.mark_published(name)
         self.served = name
         if self.state_file is not None:
@@ -121,13 +137,25 @@ class Publisher:
             asyncio.create_task(self._unload_later(previous))
         return True
 
-    def _refused(self, name: str, why: str, gap: float | None = None) -> None:
-        """Say it everywhere: the log, the status, the event feed (UI, store, doctor)."""
-        log.warning("%s", why)
+    def _refuse(self, name: str, reason: str, gap: float | None = None) -> None:
+        """Mark `name` refused (never tried again) and say so everywhere: the log, the status,
+        the event feed (the UI, the store's events, `clawrl-app doctor`)."""
+        self.store.set_checkpoint_status(name, "refused")
         self.refused += 1
-        self.last_error = why
-        self.events(PublishRefused(name, why, gap, self.tolerance if gap is not None else None))
-        self.events(LoopFailed("publishing", why))
+        self.last_error = reason
+        log.warning("%s", reason)
+        tolerance = self.tolerance if gap is not None else None
+        self.events(PublishRefused(name, reason, gap, tolerance))
+        self.events(LoopFailed("publishing", reason))
+
+    async def _release(self, name: str, previous: str, activated: bool, loaded: bool) -> None:
+        try:
+            if activated:
+                await self.backend.activate(previous)
+            if loaded:
+                await self.backend.unload_adapter(name)
+        except Exception as exc:  # the original failure is the one to report
+            log.warning("releasing %s after a failed publish failed: %s", name, exc)
 
     async def _canary(self, name: str, path: Path) -> float:
         manifest = read_manifest(path)
@@ -171,8 +199,12 @@ class Publisher:
         row = self.store.get_checkpoint(state.version)
         if row is None or not Path(row.path).exists():
             return None
-        await self.publish(row, check=False)
-        return state
+        try:
+            served = await self.publish(row, check=False)
+        except Exception as exc:  # a checkpoint that cannot be loaded never blocks start-up
+            log.warning("cannot serve %s again (%s); serving the base model", row.version, exc)
+            served = False
+        return state if served else None
 
     async def serve_version(self, version: str) -> str:
         """Serve `version` now (rollback / roll-forward); returns the previous version."""
@@ -187,7 +219,8 @@ class Publisher:
             row = self.store.get_checkpoint(version)
             if row is None:
                 raise ValueError(f"unknown checkpoint {version}")
-            await self.publish(row, check=False)
+            if not await self.publish(row, check=False):
+                raise RollbackError(f"{version} cannot be served: {self.last_error}")
         if self.state_file is not None:
             write_served(self.state_file, ServedState(version, rolled_back=True))
         return previous
@@ -197,21 +230,29 @@ class Publisher:
             try:
                 row = await asyncio.to_thread(self.newest_ready)
             except Exception as exc:
-                log.exception("reading checkpoints failed")
+                log_failure(log, "reading checkpoints failed", exc)
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 row = None
             if row is not None:
                 try:
                     await self.publish(row)
                     continue
-                except Exception as exc:  # never retry a broken checkpoint forever
-                    log.exception("publishing %s failed", row.version)
-                    self.store.set_checkpoint_status(row.version, "refused")
-                    self._refused(
-                        row.version,
-                        f"{row.version} not published: {type(exc).__name__}: {exc}",
-                    )
+                except Exception as exc:
+                    self._failed(row, exc)
             await wait_for_poke(self._wake, self.interval_s)
+
+    def _failed(self, row: CheckpointRow, exc: Exception) -> None:
+        """Publishing `row` raised: refuse it for good, unless the store failed (not the
+        checkpoint), in which case a later pass tries again."""
+        if isinstance(exc, StoreError) and exc.is_fault:
+            log_failure(log, f"publishing {row.version} failed", exc)
+            self.last_error = f"{row.version}: {exc}"
+            return
+        log.error("publishing %s failed", row.version, exc_info=exc)
+        try:
+            self._refuse(row.version, f"{row.version}: {type(exc).__name__}: {exc}")
+        except Exception as again:
+            log_failure(log, f"refusing {row.version} failed", again)
 
     def status(self) -> dict[str, Any]:
         return {

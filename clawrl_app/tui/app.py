@@ -2,7 +2,8 @@
 
 Engine events arrive on a background thread and are posted as `EngineEventReceived`
 messages; the app forwards each one to the current screen, which reloads what it shows.
-Log records reach the Logs screen the same way; errors also raise a notification.
+Log records reach the Logs screen the same way; errors also raise a notification, and so do
+a failing store (`StoreFailed`: answers go on unrecorded) and its recovery.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from clawrl_app.tui.screens.logs import LogsScreen
 from clawrl_app.tui.screens.sessions import SessionsScreen
 
 LOG_LINES = 2000
+STORE_BANNER_S = 60.0
+"""How long the "storage failed" notification stays (the dashboard keeps showing it)."""
 
 
 class UiLogHandler(logging.Handler):
@@ -136,6 +139,18 @@ class ClawrlApp(App[None]):
         if message.kind == "LoopFailed":
             loop, error = message.payload.get("loop"), message.payload.get("error")
             self.notify(f"{loop}: {error}", title="Loop failed", severity="error")
+        elif message.kind == "StoreFailed":  # stays up: nothing is recorded until it clears
+            self.notify(
+                str(message.payload.get("error")),
+                title="Storage failed: answers are not recorded",
+                severity="error",
+                timeout=STORE_BANNER_S,
+            )
+        elif message.kind == "StoreRecovered":
+            lost = message.payload.get("unrecorded_turns", 0)
+            self.notify(
+                f"{lost} turns were answered without being recorded.", title="Storage works again"
+            )
         if message.kind != "StatusReported":
             self.logs.append((logging.INFO, f"event {message.kind} {message.payload}"))
         if self.screen_stack and not isinstance(self.screen, LoadingScreen):

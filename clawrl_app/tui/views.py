@@ -119,11 +119,12 @@ def curve(points: list[list[float]]) -> tuple[list[float], list[float]]:
     return [p[0] for p in ordered], [p[1] for p in ordered]
 
 
-LOOPS = ("serving", "collection", "judging", "training", "publishing")
+LOOPS = ("serving", "collection", "judging", "training", "publishing", "storage")
 
 
 def loop_lines(status: dict[str, Any]) -> list[str]:
-    """One line per loop: state, queue depth and last error."""
+    """One line per loop: state, queue depth and last error (and one for the store: ok, or
+    failed with what to do)."""
     lines = []
     for name in LOOPS:
         loop = status.get(name)

@@ -9,14 +9,16 @@ Token ids are stored as little-endian int32 blobs and log-probs as float64 blobs
 round-trip exactly. JSON columns come back parsed. Times are Unix seconds (`time.time()`).
 
 The package splits the store by what each part does: `schema` (DDL and migrations), `rows`
-(row objects and value encoding), `connection` (opening, transactions), and one mixin per
+(row objects and value encoding), `connection` (opening, transactions, health), `faults`
+(what a failure of the file or disk means for the user), and one mixin per
 area (`sessions`, `turns`, `samples`, `checkpoints`), combined here into `Store`.
 """
 
 from __future__ import annotations
 
 from clawrl_app.engine.store.checkpoints import CheckpointsMixin
-from clawrl_app.engine.store.connection import StoreBase, StoreError
+from clawrl_app.engine.store.connection import StoreBase, StoreWatcher
+from clawrl_app.engine.store.faults import FAULT_KINDS, StoreError, check_store_file
 from clawrl_app.engine.store.rows import (
     CheckpointRow,
     EventRow,
@@ -42,6 +44,7 @@ from clawrl_app.engine.store.turns import TurnsMixin
 
 __all__ = [
     "CHECKPOINT_STATUSES",
+    "FAULT_KINDS",
     "MIGRATIONS",
     "R",
     "REVIEW_STATES",
@@ -57,7 +60,9 @@ __all__ = [
     "SessionRow",
     "Store",
     "StoreError",
+    "StoreWatcher",
     "TurnRow",
+    "check_store_file",
 ]
 
 

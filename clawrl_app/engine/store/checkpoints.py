@@ -6,7 +6,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from clawrl_app.engine.store.connection import StoreBase, StoreError
+from clawrl_app.engine.store.connection import StoreBase
+from clawrl_app.engine.store.faults import StoreError
 from clawrl_app.engine.store.rows import (
     CheckpointRow,
     EventRow,

@@ -3,24 +3,32 @@
 One connection per store, guarded by a lock so the API thread and backend threads can share
 it; every write is a short `BEGIN IMMEDIATE` transaction (nested ones are savepoints), so a
 crash loses only the transaction in flight. Other processes see committed rows at once.
+
+Faults of the file or the disk (read-only, locked, full, damaged) become `StoreError`s that
+say what happened and what to do; the store remembers the current fault and tells its
+watchers once when it begins and once when a write succeeds again, so the engine can keep
+answering unrecorded and show one banner instead of an error per request.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from clawrl_app.engine.store.faults import StoreError, advice_for, store_error
 from clawrl_app.engine.store.rows import R, _build
 from clawrl_app.engine.store.schema import MIGRATIONS, _statements
 
-
-class StoreError(Exception):
-    """A store failure with a message meant for the user (what failed and what to do)."""
+StoreWatcher = Callable[["StoreError | None"], None]
+"""Told when the store starts failing (the error) and when a write succeeds again (None)."""
 
 
 class StoreBase:
@@ -33,6 +41,11 @@ class StoreBase:
         self._depth = 0  # open write transactions; nested ones are savepoints
         self._sidecars_private = False
         self._conn: sqlite3.Connection | None = None
+        self._watchers: list[StoreWatcher] = []
+        self.fault: StoreError | None = None
+        """The fault of the file or disk that made the last operation fail (None: healthy)."""
+        self.fault_since: float | None = None
+        """When the current fault began (`time.time()`)."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # Create the file private before SQLite sees it (SQLite gives -wal/-shm its mode).
@@ -40,9 +53,12 @@ class StoreBase:
             if os.stat(self.path).st_mode & 0o077:
                 os.chmod(self.path, 0o600)
         except OSError as e:
+            kind = "full" if e.errno == errno.ENOSPC else "readonly"
+            advice = advice_for(kind, self.path)
             raise StoreError(
-                f"cannot create or open the store file {self.path}: {e.strerror or e}. Make "
-                "sure its folder is writable by you, or point CLAWRL_HOME at a writable folder."
+                f"cannot create or open the store file {self.path}: {e.strerror or e}. {advice}",
+                kind,
+                advice,
             ) from e
         try:
             self._conn = sqlite3.connect(
@@ -103,17 +119,37 @@ class StoreBase:
         self._sidecars_private = done
 
     def _error(self, action: str, e: sqlite3.Error) -> StoreError:
-        msg = str(e)
-        advice = ""
-        if "readonly" in msg or "unable to open" in msg:
-            advice = f" Check that you can write to {self.path} and its folder."
-        elif "locked" in msg or "busy" in msg:
-            advice = " Another process holds the store; stop it or try again."
-        elif "full" in msg:
-            advice = " The disk is full; free some space."
-        elif "not a database" in msg or "malformed" in msg:
-            advice = " The file is not a clawrl-app store or is damaged; move it away."
-        return StoreError(f"store {self.path}: could not {action}: {msg}.{advice}")
+        err = store_error(self.path, action, e)
+        if err.is_fault:
+            self._report(err)
+        return err
+
+    # -- health: faults of the file or disk, told to watchers once per change ----------------
+    def watch(self, watcher: StoreWatcher) -> None:
+        """Call `watcher(error)` when the store starts failing (or fails differently) and
+        `watcher(None)` when a write succeeds again. Called with the store's lock held:
+        it must be quick and must not use the store."""
+        self._watchers.append(watcher)
+
+    def _report(self, err: StoreError) -> None:
+        changed = self.fault is None or self.fault.kind != err.kind
+        if self.fault is None:
+            self.fault_since = time.time()
+        self.fault = err
+        if changed:
+            self._tell(err)
+
+    def _healthy(self) -> None:
+        if self.fault is not None:
+            self.fault, self.fault_since = None, None
+            self._tell(None)
+
+    def _tell(self, err: StoreError | None) -> None:
+        for watcher in self._watchers:
+            try:
+                watcher(err)
+            except Exception:  # a watcher's bug must not turn into a store failure
+                logging.getLogger("clawrl.store").exception("store watcher failed")
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -147,6 +183,8 @@ class StoreBase:
                 raise self._error("commit", e) from e
             if not self._sidecars_private:
                 self._make_sidecars_private()
+            if not savepoint:
+                self._healthy()
 
     @staticmethod
     def _undo(conn: sqlite3.Connection, savepoint: str | None) -> None:
@@ -196,6 +234,20 @@ class StoreBase:
     def schema_version(self) -> int:
         """The schema version of the open file (`PRAGMA user_version`)."""
         return int(self._rows("PRAGMA user_version")[0][0])
+
+    def quick_check(self) -> str:
+        """SQLite's quick check (the integrity check without index contents): "ok" when
+        sound, else what is wrong. About 0.2 s for a 500 MB file."""
+        problems = [str(r[0]) for r in self._rows("PRAGMA quick_check")]
+        return "ok" if problems == ["ok"] else "\n".join(problems)
+
+    def ensure_sound(self) -> None:
+        """Raise a `StoreError` (kind "corrupt", with what to do) unless `quick_check` is ok."""
+        problems = self.quick_check()
+        if problems != "ok":
+            first = "; ".join(problems.splitlines()[:3])
+            advice = advice_for("corrupt", self.path)
+            raise StoreError(f"store {self.path} is damaged ({first}). {advice}", "corrupt", advice)
 
     def integrity_check(self) -> str:
         """SQLite's integrity check plus a foreign-key check: "ok" when the file is sound."""

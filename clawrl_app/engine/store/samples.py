@@ -6,7 +6,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from clawrl_app.engine.store.connection import StoreBase, StoreError
+from clawrl_app.engine.store.connection import StoreBase
+from clawrl_app.engine.store.faults import StoreError
 from clawrl_app.engine.store.rows import JudgmentRow, SampleRow, _build, _check, _dumps, _now, _pack
 from clawrl_app.engine.store.schema import SAMPLE_STATES
 

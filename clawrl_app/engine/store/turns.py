@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from clawrl_app.engine.store.connection import StoreBase, StoreError
+from clawrl_app.engine.store.connection import StoreBase
+from clawrl_app.engine.store.faults import StoreError
 from clawrl_app.engine.store.rows import (
     _INT32,
     NewTurn,

@@ -20,6 +20,8 @@ class ChatScreen(EngineScreen):
     """One conversation at a time with the served policy (alias `clawrl`)."""
 
     CSS_PATH = "chat.tcss"
+    AUTO_FOCUS = "#chat-input"
+    """Typing goes to the message box as soon as the screen opens (not to the log above)."""
     BINDINGS = [
         Binding("ctrl+n", "new_chat", "New chat", id="chat.new"),
         Binding("escape", "leave_input", "Leave input", id="chat.leave_input"),
@@ -57,6 +59,12 @@ class ChatScreen(EngineScreen):
 
     def on_mount(self) -> None:
         self._show_session()
+
+    def on_screen_resume(self) -> None:
+        """Coming back to the chat (key 4) puts the cursor in the message box again, even
+        after Escape moved focus off it to use the screen keys. (Textual also runs
+        `EngineScreen.on_screen_resume`: handlers are called along the class hierarchy.)"""
+        self.query_one("#chat-input", Input).focus()
 
     def _show_session(self) -> None:
         self.query_one("#chat-session", Static).update(

@@ -33,6 +33,8 @@ class DashboardScreen(EngineScreen):
             "StatusReported",
             "LoopFailed",
             "PublishRefused",
+            "StoreFailed",
+            "StoreRecovered",
             "StepStarted",
             "StepFinished",
         }

@@ -1,0 +1,130 @@
+"""`clawrl-app doctor`: hardware, plan, model, store, disk and key storage, explained.
+
+Read-only: it reports what it finds (the store is checked with SQLite's quick check, never
+migrated) and says what to do; it exits 1 only when the store is damaged.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from clawrl_app import __version__
+from clawrl_app.config import Settings
+from clawrl_app.paths import AppPaths
+
+LOW_DISK_GIB = 2.0
+"""Below this much free space in the data folder, doctor warns (turns stop being recorded
+when the disk is full; a LoRA checkpoint of a 7B model is ~100 MB, a full one ~15 GB)."""
+
+
+def run_doctor(settings: Settings, paths: AppPaths, *, resolve: bool = True) -> int:
+    """Print the report; `resolve=False` skips resolving (and converting) the model."""
+    from clawrl_app.hardware import ModelInfo, PlanError, format_plan, inventory, plan
+
+    inv = inventory()
+    print(f"clawrl-app {__version__} doctor\n")
+    print("Hardware")
+    print(f"  CPU cores: {inv.cpu_count}, RAM: {inv.ram_gib:.1f} GiB")
+    if inv.gpus:
+        for g in inv.gpus:
+            print(f"  GPU {g.index}: {g.name}, {g.memory_gib:.0f} GiB")
+    else:
+        print("  GPUs: none found (nvidia-smi absent or no device)")
+    sglang = (
+        "yes" if inv.sglang_available else "no (pip install clawrl-app[sglang] on a GPU machine)"
+    )
+    print(f"  sglang importable: {sglang}")
+    print("\nModel")
+    if not resolve:
+        print("  (skipped: --no-model)")
+        info = ModelInfo.estimate("SmolLM2-135M-Instruct", 0.135, 8192)
+    else:
+        from clawrl_app.models import read_model_config, resolve_model
+
+        m = resolve_model(settings.model.path, paths)
+        info = ModelInfo.from_hf_config(m.name, read_model_config(m.path))
+        print(f"  {m.name} ({m.source}) at {m.path}")
+        print(f"  {info.params_b:.3f} B parameters, context {m.context_length} tokens")
+    print("\nPlan")
+    try:
+        print("  " + format_plan(plan(inv, info, settings)).replace("\n", "\n  "))
+    except PlanError as exc:
+        print(f"  cannot plan: {exc}")
+    print("\nStore, disk and secrets")
+    store_ok, line = store_line(paths.store_file)
+    print(f"  {line}")
+    print(f"  {disk_line(paths.data_dir)}")
+    config = paths.config_file
+    print(f"  config file: {config}{'' if config.exists() else ' (none; defaults)'}")
+    print(f"  keyring backend: {_keyring_line(paths)}")
+    if store_ok and paths.store_file.exists():
+        print("\nPublishing")
+        for line in publishing_lines(paths.store_file):
+            print(f"  {line}")
+    return 0 if store_ok else 1
+
+
+def publishing_lines(store_file: Path) -> list[str]:
+    """The checkpoints the publisher refused lately, with the numbers it refused them on."""
+    from datetime import datetime
+
+    from clawrl_app.engine.store.peek import latest_events_readonly
+
+    refused = latest_events_readonly(store_file, "PublishRefused", limit=5)
+    if not refused:
+        return ["no checkpoint was refused"]
+    lines = [
+        f"{datetime.fromtimestamp(ev.ts):%Y-%m-%d %H:%M}  {ev.payload.get('reason', '?')}"
+        for ev in refused
+    ]
+    return [
+        *lines,
+        "A refused checkpoint is never served. A canary gap means the server and the trainer",
+        "compute different policies (precision, quantization): see README, 'GPU workstations'.",
+    ]
+
+
+def store_line(store_file: Path) -> tuple[bool, str]:
+    """(sound, one line): where the store is, its size and SQLite's quick check of it."""
+    from clawrl_app.engine.store import StoreError, check_store_file
+    from clawrl_app.engine.store.faults import advice_for
+
+    if not store_file.exists():
+        return True, f"store: {store_file} (created on first start)"
+    size_mb = store_file.stat().st_size / 1e6
+    try:
+        problems = check_store_file(store_file)
+    except StoreError as exc:  # names the file, what is wrong and what to do
+        return exc.kind == "locked", str(exc)
+    if problems != "ok":
+        first = "; ".join(problems.splitlines()[:3])
+        advice = advice_for("corrupt", store_file)
+        return False, f"store: {store_file} is DAMAGED ({first}). {advice}"
+    return True, f"store: {store_file} ({size_mb:.1f} MB, integrity check ok)"
+
+
+def free_bytes(folder: Path) -> tuple[Path, int]:
+    """The nearest existing folder at or above `folder` and the free bytes on its disk."""
+    existing = next(p for p in [folder, *folder.parents] if p.exists())
+    return existing, shutil.disk_usage(existing).free
+
+
+def disk_line(folder: Path, low_gib: float = LOW_DISK_GIB) -> str:
+    """Free space where the data lives, with a warning under `low_gib`."""
+    where, free = free_bytes(folder)
+    gib = free / 2**30
+    line = f"free disk space: {gib:.1f} GiB at {where}"
+    if gib < low_gib:
+        line += (
+            f" - LOW (under {low_gib:g} GiB): free some space; when the disk is full, "
+            "answers are no longer recorded and checkpoints cannot be written"
+        )
+    return line
+
+
+def _keyring_line(paths: AppPaths) -> str:
+    from clawrl_app.api_key import keyring_backend
+
+    kb = keyring_backend()
+    return kb or f"none: the API key falls back to a 0600 file ({paths.api_key_file})"

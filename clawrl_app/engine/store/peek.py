@@ -1,0 +1,25 @@
+"""Read-only looks into a store file (for `clawrl-app doctor`): never creates, migrates or
+writes it, and works while the engine runs (WAL readers do not block the writer)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from clawrl_app.engine.store.rows import EventRow
+
+
+def latest_events_readonly(path: Path, kind: str, limit: int = 5) -> list[EventRow]:
+    """The newest `limit` events of one kind, newest first; [] when the file has none."""
+    conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
+    try:
+        rows = conn.execute(
+            "SELECT id, ts, kind, payload_json FROM events WHERE kind = ? ORDER BY id DESC LIMIT ?",
+            (kind, limit),
+        ).fetchall()
+    except sqlite3.OperationalError:  # no events table yet (a store from an older version)
+        return []
+    finally:
+        conn.close()
+    return [EventRow(int(i), float(ts), str(k), json.loads(p)) for i, ts, k, p in rows]
