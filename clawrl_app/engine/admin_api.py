@@ -107,6 +107,7 @@ def checkpoint_rows(store: Store, served: str | None) -> list[dict[str, Any]]:
             "step": c.step,
             "created": c.created,
             "status": c.status,
+            "published_at": c.published_at,
             "metrics": c.metrics,
             "sessions": c.sessions,
             "served": c.version == served,
@@ -177,6 +178,8 @@ def admin_router(engine: Engine) -> APIRouter:
     @router.get("/events")
     async def get_events(since: int = 0) -> dict[str, Any]:
         rows = store().events_since(since)
-        return {"data": [{"id": e.id, "kind": e.kind, "payload": e.payload} for e in rows]}
+        return {
+            "data": [{"id": e.id, "ts": e.ts, "kind": e.kind, "payload": e.payload} for e in rows]
+        }
 
     return router
