@@ -112,7 +112,6 @@ def llama_config(shape: LlamaShape, tokenizer: Any, context: int = 8192) -> Any:
         bos_token_id=bos,
         eos_token_id=eos,
         pad_token_id=eos,
-        rope_theta=100000.0,
     )
 
 
