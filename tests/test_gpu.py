@@ -367,8 +367,9 @@ def test_qlora_loads_in_4bit_and_steps(model_dir: Path) -> None:
 
 # --- the whole engine -----------------------------------------------------------------------
 def test_engine_answers_the_openai_client(model_dir: Path, tmp_path: Path) -> None:
-    """`clawrl-app serve` as a user runs it on the random model, trainer on: the first chat
-    request must answer (on an H100 it hung), streamed and not."""
+    """The whole engine (endpoint, torch backend, trainer process on) as `clawrl-app serve`
+    builds it, on the random model: the first chat request must answer (on an H100 it
+    hung), streamed and not."""
     import openai
 
     env = {
