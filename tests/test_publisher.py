@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save_file
 
+from clawrl_app.engine.admin_api import checkpoint_rows
 from clawrl_app.engine.backends.base import BackendError, BackendInfo
 from clawrl_app.engine.checkpoints import MANIFEST
 from clawrl_app.engine.publisher import Publisher
@@ -85,6 +86,8 @@ def test_full_version_is_activated_then_checked(tmp_path: Path) -> None:
         assert asyncio.run(pub.publish(checkpoint(tmp_path, store, "v1", -0.5)))
         assert be.calls == ["load v1", "activate v1"] and be.active == "v1"
         assert store.get_checkpoint("v1").status == "published"  # type: ignore[union-attr]
+        (row,) = checkpoint_rows(store, be.active)  # what GET /admin/checkpoints sends
+        assert row["served"] and row["published_at"] >= row["created"]
 
 
 def test_failed_canary_after_activation_restores_the_previous_version(tmp_path: Path) -> None:

@@ -223,7 +223,7 @@ def test_http_client_drives_the_admin_routes(ui_engine: Any) -> None:
         assert client.checkpoints() == []
         assert set(client.metrics()) == {"loss", "reward/mean", "kl", "clip_frac"}
         events = client.http.get("/admin/events", params={"since": 0}).json()["data"]
-        assert any(e["kind"] == "TurnRecorded" for e in events)
+        assert any(e["kind"] == "TurnRecorded" and e["ts"] > 0 for e in events)
     finally:
         client.close()
 

@@ -108,6 +108,7 @@ def checkpoint_rows(store: Store, served: str | None) -> list[dict[str, Any]]:
             "step": c.step,
             "created": c.created,
             "status": c.status,
+            "published_at": c.published_at,
             "metrics": c.metrics,
             "sessions": c.sessions,
             "served": c.version == served,
@@ -182,6 +183,8 @@ def admin_router(engine: Engine, max_body_bytes: int = 1024 * 1024) -> APIRouter
     @router.get("/events")
     async def get_events(since: int = 0) -> dict[str, Any]:
         rows = store().events_since(since)
-        return {"data": [{"id": e.id, "kind": e.kind, "payload": e.payload} for e in rows]}
+        return {
+            "data": [{"id": e.id, "ts": e.ts, "kind": e.kind, "payload": e.payload} for e in rows]
+        }
 
     return router
