@@ -167,6 +167,10 @@ class TrainSettings(_Section):
     """Reward baseline for binary RL (none = upstream's A = r)."""
     token_budget: int = 4096
     """Most padded tokens per micro-batch (gradient accumulation splits larger batches)."""
+    gradient_checkpointing: Literal["auto", "on", "off"] = "auto"
+    """Recompute each decoder layer in backward instead of keeping its activations: less
+    memory for about one more forward per step. auto = only where a micro-batch's
+    activations would not fit otherwise (`clawrl-app doctor` shows the choice and why)."""
     keep_last: int = 5
     """Checkpoints kept by retention: the newest N ..."""
     keep_every: int = 10

@@ -1,9 +1,8 @@
 """What this machine has, and how serving, judge and trainer share it.
 
 `inventory()` is the only function here that touches the system; `plan()` is pure, so every
-GPU layout can be tested on a laptop. Memory estimates are deliberately simple (bf16 weights,
-a KV cache for one full context, 16 bytes/param for full fine-tuning, a fixed per-process
-overhead) and every number the plan relies on is shown by `clawrl-app doctor`.
+GPU layout can be tested on a laptop. The memory estimates (memory_model.py) are deliberately
+simple, and every number the plan relies on is shown by `clawrl-app doctor`.
 """
 
 from __future__ import annotations
@@ -15,30 +14,28 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
 from clawrl_app.config import HardwareSettings, Settings
+from clawrl_app.memory_model import (
+    GIB,
+    ModelInfo,
+    PlanError,
+    TrainMode,
+    serve_need,
+    train_need,
+)
 
-GIB = 1024**3
 OVERHEAD_GIB = 2.0  # per process per GPU: CUDA context, cuBLAS/NCCL workspace, CUDA graphs
 CPU_RESERVE_GIB = 2.0  # RAM left to the OS and the Python/torch runtime
-QLORA_BYTES = 0.55  # NF4 base: 0.5 bytes/param + quantisation constants + bf16 norms
-FULL_BYTES = 16  # bf16 weights 2 + grads 2 + fp32 master 4 + AdamW m and v 8
-LORA_STATE = 0.02  # adapter + its grads + AdamW states, as a fraction of the bf16 weights
-TRAIN_TOKENS = 4096  # one micro-batch, gradient checkpointing on
 SMALL_POLICY_B = 1.0  # below this a policy is too weak to judge its own turns
 # Merged LoRA serving keeps one full copy of the weights per live version: the one served,
 # the one being checked before publishing, and the previous one while its answers finish.
 MERGED_COPIES = 3
 NVIDIA_SMI_QUERY = "--query-gpu=index,name,memory.total"
 
-TrainMode = Literal["lora", "qlora", "full"]
 Backend = Literal["torch", "sglang"]
 JudgeBackend = Literal["policy", "openai", "heuristic"]
-
-
-class PlanError(ValueError):
-    """No workable layout; the message gives the numbers and what to change."""
 
 
 @dataclass(frozen=True)
@@ -156,70 +153,6 @@ def inventory() -> Inventory:
     return Inventory(gpus, has_sglang, cpus or 1, _ram_gib())
 
 
-# (params_b, layers, hidden, kv_heads, head_dim, vocab) of well-known dense models.
-_ANCHORS = (
-    (0.135, 30, 576, 3, 64, 49152),  # SmolLM2-135M
-    (0.5, 24, 896, 2, 64, 151936),  # Qwen2.5-0.5B
-    (1.7, 28, 2048, 8, 128, 151936),  # Qwen3-1.7B
-    (4.0, 36, 2560, 8, 128, 151936),  # Qwen3-4B
-    (8.0, 36, 4096, 8, 128, 151936),  # Qwen3-8B
-    (14.0, 40, 5120, 8, 128, 151936),  # Qwen3-14B
-    (32.0, 64, 5120, 8, 128, 151936),  # Qwen3-32B
-    (70.0, 80, 8192, 8, 128, 128256),  # Llama-3-70B
-)
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """The numbers of a policy model that decide memory: size, depth, KV shape, context."""
-
-    name: str
-    params_b: float
-    num_layers: int
-    hidden_size: int
-    num_kv_heads: int
-    head_dim: int
-    context_length: int
-    vocab_size: int = 32000
-
-    @classmethod
-    def from_hf_config(cls, name: str, config: Mapping[str, Any]) -> ModelInfo:
-        """Count parameters from a HF `config.json` (embeddings + attention + gated MLP)."""
-        cfg = config if "hidden_size" in config else config.get("text_config") or config
-        try:
-            hidden, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
-            heads = int(cfg["num_attention_heads"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise PlanError(f"config of {name} lacks {exc}; cannot size the model.") from None
-        kv_heads = int(cfg.get("num_key_value_heads") or heads)
-        head_dim = int(cfg.get("head_dim") or hidden // heads)
-        vocab = int(cfg.get("vocab_size") or 32000)
-        experts = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 1)
-        inter = int(cfg.get("intermediate_size") or 4 * hidden)
-        if experts > 1:  # MoE: every expert is resident in memory (router weights ignored)
-            inter = int(cfg.get("moe_intermediate_size") or inter) * experts
-        attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
-        per_layer = attention + 3 * hidden * inter + 2 * hidden  # q,o + k,v; gate/up/down; norms
-        tied = bool(cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
-        params = vocab * hidden * (1 if tied else 2) + layers * per_layer + hidden
-        context = int(cfg.get("max_position_embeddings") or 4096)
-        return cls(name, params / 1e9, layers, hidden, kv_heads, head_dim, context, vocab)
-
-    @classmethod
-    def estimate(cls, name: str, params_b: float, context_length: int = 32768) -> ModelInfo:
-        """Plausible architecture for a size: the nearest well-known model, depth scaled."""
-        if params_b <= 0:
-            raise PlanError(f"{name}: model size must be positive, got {params_b}B.")
-        anchor = min(_ANCHORS, key=lambda a: abs(math.log(a[0] / params_b)))
-        size, layers, hidden, kv_heads, head_dim, vocab = anchor
-        depth = max(1, round(layers * params_b / size))
-        return cls(name, params_b, depth, hidden, kv_heads, head_dim, context_length, vocab)
-
-    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
-        """K and V of every layer for one token."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
-
-
 @dataclass(frozen=True)
 class MemoryLine:
     """One memory check of the plan: what a role needs on a device versus what it has."""
@@ -255,12 +188,8 @@ class Plan:
     """AdamW learning rate when train.lr is empty (see `default_lr`)."""
     merge_lora: bool = False
     """Torch backend: serve each LoRA version as merged weights (base speed, more memory)."""
-
-
-@dataclass(frozen=True)
-class _Need:
-    gib: float
-    parts: str
+    gradient_checkpointing: bool = False
+    """Whether the trainer recomputes layers in backward (see `checkpointing_choices`)."""
 
 
 _Check = tuple[MemoryLine, str]  # the line and the sentence that explains it
@@ -269,40 +198,17 @@ _Counts = tuple[int, int, int]  # train, serve, judge GPU counts
 _CPU = -1  # index of the pseudo-device that stands for RAM
 
 
-def _serve_need(model: ModelInfo, tp: int, dtype: int, overhead: float) -> _Need:
-    weights = model.params_b * 1e9 * dtype / GIB / tp
-    kv = model.kv_bytes_per_token(dtype) * model.context_length / GIB / tp
-    text = f"weights {weights:.1f} + KV of one {model.context_length}-token context {kv:.1f}"
-    return _Need(
-        weights + kv + overhead, text + (f" + overhead {overhead:.1f}" if overhead else "")
-    )
-
-
-def _train_need(model: ModelInfo, mode: TrainMode, n: int, dtype: int, overhead: float) -> _Need:
-    params = model.params_b * 1e9
-    # Checkpointed layer inputs + one recomputed layer (~24 hidden-sized tensors) + fp32 logits.
-    per_token = model.hidden_size * (model.num_layers + 24) * dtype + model.vocab_size * 4
-    acts = TRAIN_TOKENS * per_token / GIB
-    if mode == "full":
-        state = params * FULL_BYTES / GIB / n  # ZeRO-3/FSDP shards it over the trainer GPUs
-        text = f"weights+grads+AdamW {state:.1f} ({FULL_BYTES} B/param over {n} device(s))"
-    else:
-        base = params * (QLORA_BYTES if mode == "qlora" else dtype) / GIB
-        lora = params * 2 * LORA_STATE / GIB
-        state = base + lora
-        text = f"{'4-bit' if mode == 'qlora' else 'base'} weights {base:.1f} + LoRA {lora:.1f}"
-    text += f" + activations {acts:.1f}" + (f" + overhead {overhead:.1f}" if overhead else "")
-    return _Need(state + acts + overhead, text)
-
-
 def _devs(indices: Sequence[int]) -> str:
     if not indices or indices[0] == _CPU:
         return "cpu"
     return "cuda:" + ",".join(str(i) for i in indices)
 
 
-def _fit(model: ModelInfo, mode: TrainMode, layout: _Layout, dtype: int) -> list[_Check]:
-    """Check each role; roles sharing a card (1 GPU, CPU) get what the earlier ones left."""
+def _fit(
+    model: ModelInfo, mode: TrainMode, layout: _Layout, dtype: int, tokens: int, gc: bool
+) -> list[_Check]:
+    """Check each role; roles sharing a card (1 GPU, CPU) get what the earlier ones left.
+    The trainer's micro-batch has `tokens` tokens, gradient checkpointing `gc`."""
     overhead = 0.0 if layout[0][0].index == _CPU else OVERHEAD_GIB
     used: dict[int, float] = {}
     checks = []
@@ -310,9 +216,9 @@ def _fit(model: ModelInfo, mode: TrainMode, layout: _Layout, dtype: int) -> list
         if not group:
             continue
         if role == "training":
-            need = _train_need(model, mode, len(group), dtype, overhead)
+            need = train_need(model, mode, len(group), dtype, overhead, gc, tokens)
         else:
-            need = _serve_need(model, len(group), dtype, overhead)
+            need = serve_need(model, len(group), dtype, overhead)
         have = max(0.0, min(g.memory_gib - used.get(g.index, 0.0) for g in group))
         for g in group:
             used[g.index] = used.get(g.index, 0.0) + need.gib
@@ -423,21 +329,39 @@ def _layouts(
     return out
 
 
+def checkpointing_choices(asked: str) -> tuple[bool, ...]:
+    """Gradient-checkpointing settings the plan tries, preferred first.
+
+    `auto` tries without first: recomputing every layer costs about one more forward per
+    step, worth paying only where the activations of a micro-batch do not fit otherwise
+    (a CPU with ample RAM never needs it); `on` / `off` are taken as asked.
+    """
+    choices = {"auto": (False, True), "on": (True,), "off": (False,)}
+    if asked not in choices:
+        raise PlanError(f"train.gradient_checkpointing = {asked!r}: use auto, on or off.")
+    return choices[asked]
+
+
 def _first_fit(
     model: ModelInfo,
     layouts: Mapping[TrainMode, list[_Layout]],
     dtype: int,
-) -> tuple[TrainMode, _Layout, list[_Check], dict[str, list[str]]]:
-    """The first mode and layout (in order of preference) where every role fits.
+    tokens: int,
+    gcs: Sequence[bool],
+) -> tuple[TrainMode, _Layout, bool, list[_Check], dict[str, list[str]]]:
+    """The first mode, layout and checkpointing choice (in order of preference: a layout is
+    worth more than skipping checkpointing) where every role fits.
 
-    Also returns, per mode tried, the checks of its preferred layout, to explain a fallback.
+    Also returns, per mode tried, the checks of its preferred layout with the last
+    checkpointing choice (the smallest need), to explain a fallback.
     """
     tried: dict[str, list[str]] = {}
     for mode, candidates in layouts.items():
         for layout in candidates:
-            checks = _fit(model, mode, layout, dtype)
-            if all(line.fits for line, _ in checks):
-                return mode, layout, checks, tried
+            for gc in gcs:
+                checks = _fit(model, mode, layout, dtype, tokens, gc)
+                if all(line.fits for line, _ in checks):
+                    return mode, layout, gc, checks, tried
             tried.setdefault(mode, [why for _, why in checks])
     first = next(iter(layouts.values()))[0][0]  # the serving devices of the preferred layout
     if first[0].index == _CPU:
@@ -534,12 +458,24 @@ def plan(inv: Inventory, model: ModelInfo, settings: Settings) -> Plan:
     modes = (asked,) if asked != "auto" else auto
     dtype = 2 if gpus or settings.model.dtype in ("bfloat16", "float16") else 4
     layouts = {m: _layouts(gpus, m, judge, hw, inv.ram_gib) for m in modes}
-    mode, layout, checks, tried = _first_fit(model, layouts, dtype)
+    tokens, gc_asked = settings.train.token_budget, settings.train.gradient_checkpointing
+    gcs = checkpointing_choices(gc_asked)
+    mode, layout, gc, checks, tried = _first_fit(model, layouts, dtype, tokens, gcs)
     reasons.append(_mode_reason(mode, asked, tried, bool(gpus)))
     fraction = hw.sglang_mem_fraction if backend == "sglang" else None
     if len(gpus) == 1 and backend == "sglang":
-        fraction, why = _mem_fraction(checks, gpus[0].memory_gib, fraction)
+        have = gpus[0].memory_gib
+        if (
+            fraction
+            and True in gcs
+            and have * (1 - fraction) - OVERHEAD_GIB < checks[-1][0].need_gib
+        ):
+            # the asked SGLang pool leaves the trainer less than it needs: checkpoint
+            gc, checks = True, _fit(model, mode, layout, dtype, tokens, True)
+        fraction, why = _mem_fraction(checks, have, fraction)
         reasons.append(why)
+    without = _fit(model, mode, layout, dtype, tokens, False)
+    reasons.append(_checkpointing_reason(gc, gc_asked, without))
     serve, judges, train = (tuple(g.index for g in grp if g.index != _CPU) for grp in layout)
     batch = 16 if gpus else 4
     lr, lr_why = default_lr(mode, bool(gpus))
@@ -557,6 +493,7 @@ def plan(inv: Inventory, model: ModelInfo, settings: Settings) -> Plan:
         memory=tuple(line for line, _ in checks),
         reasons=(),
         default_lr=lr,
+        gradient_checkpointing=gc,
     )
     merge, merge_line, merge_why = merged_lora_serving(
         backend, mode, checks, model.params_b * 1e9 * dtype / GIB
@@ -604,6 +541,23 @@ def merged_lora_serving(
     return False, line, why
 
 
+def _checkpointing_reason(on: bool, asked: str, without: Sequence[_Check]) -> str:
+    """Why the trainer does (not) recompute its layers; `without`: the checks with it off."""
+    if asked != "auto":
+        return f"Gradient checkpointing {asked}, as set in train.gradient_checkpointing."
+    if not on:
+        return (
+            "Gradient checkpointing off: the trainer fits without it (it would cost about "
+            "one more forward per step)."
+        )
+    why = " ".join(w for line, w in without if not line.fits)
+    if not why:  # it fitted the card; the asked hardware.sglang_mem_fraction did not leave room
+        return (
+            "Gradient checkpointing on: hardware.sglang_mem_fraction leaves the trainer too little."
+        )
+    return f"Gradient checkpointing on, because without it {why}"
+
+
 def default_lr(mode: TrainMode, gpus: bool) -> tuple[float, str]:
     """The learning rate used when train.lr is empty, and why (CPU LoRA: bench/learn.py saw
     no change after 8 steps at 1e-4, compliance 0.08 -> 0.92 at 5e-4)."""
@@ -629,7 +583,8 @@ def format_plan(plan: Plan) -> str:
         f"Serving:  {_devs(plan.serve_devices)}",
         f"Judge:    {judge}",
         f"Trainer:  {plan.train_mode} on {_devs(plan.train_devices)}"
-        + (" (colocated with serving)" if plan.colocated else ""),
+        + (" (colocated with serving)" if plan.colocated else "")
+        + f", gradient checkpointing {'on' if plan.gradient_checkpointing else 'off'}",
         f"Batch:    {plan.default_batch_size} samples per step, lr {plan.default_lr:g} (defaults)",
         "Memory (GiB):",
         *(

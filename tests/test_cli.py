@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -413,6 +414,7 @@ def test_doctor_no_model(tmp_path: Path, run_main: Callable[..., tuple[int, str,
     assert "(skipped: --no-model)" in out
     assert "\nPlan\n" in out
     assert "Backend:  torch" in out
+    assert re.search(r"Trainer: .*, gradient checkpointing (on|off)\n", out)
     assert str(paths.store_file) in out
     assert "keyring backend: none" in out
     assert "0600" in out

@@ -5,10 +5,17 @@ Memory model (clawrl_app.hardware), in GiB (2**30 bytes), for `ModelInfo.estimat
                       0.1B    4B      8B      32B
   bf16 weights W      0.19    7.45    14.90   59.60     params x 2 B
   KV, one 32k ctx     0.52    4.50    4.50    8.00      2 x layers x kv_heads x head_dim x 2 B
-  activations         0.95    3.49    4.19    5.76      4096 tok x (hidden x (layers+24) x 2 + vocab x 4)
+  activations, ckpt   0.95    3.49    4.19    5.76      4096 tok x (hidden x (layers+24) x 2 + vocab x 4)
+  activations, none   3.07    19.19   29.32   62.32     4096 tok x (hidden x layers x 24 x 2 + vocab x 4)
   serving / card      2.7     13.9    21.4    69.6      W + KV + 2 overhead (32B: TP2 35.8, TP4 18.9)
-  LoRA trainer        3.1     13.1    21.4    68.6      W + 2% W + activations + 2
+  LoRA trainer        3.1     13.1    21.4    68.6      W + 2% W + activations + 2 (checkpointed)
+    not checkpointed  5.3     28.8    46.5    125.1
   QLoRA trainer       -       7.7     10.6    25.3      0.55 B/param + 2% W + activations + 2
+    not checkpointed  -       23.4    35.7    81.9
+
+The plan checkpoints only where a layout does not fit without (train.gradient_checkpointing
+= auto); the grid's modes and layouts are the same either way, since a layout that fits with
+checkpointing is tried with it before the next layout or mode.
 
 Cards as nvidia-smi reports them: "24 GB" = 23.99 GiB, "48 GB" = 47.99, "80 GB" = 79.65.
 """
@@ -31,6 +38,7 @@ from clawrl_app.hardware import (
     ModelInfo,
     Plan,
     PlanError,
+    checkpointing_choices,
     default_lr,
     format_plan,
     inventory,
@@ -429,6 +437,71 @@ def test_format_plan_mentions_devices_and_numbers() -> None:
     assert "cuda:0" in text and "colocated" in text and "--mem-fraction-static 0." in text
     text = format_plan(plan(fake_inventory(0), model("0.1B"), settings()))
     assert "cpu" in text and "heuristic" in text and "19-70 s" in text
+
+
+def test_checkpointing_choices_follow_the_setting() -> None:
+    assert checkpointing_choices("auto") == (False, True)  # without first: it is faster
+    assert checkpointing_choices("on") == (True,)
+    assert checkpointing_choices("off") == (False,)
+    with pytest.raises(PlanError, match="auto, on or off"):
+        checkpointing_choices("sometimes")
+
+
+@pytest.mark.parametrize(
+    ("n", "gb", "size", "env", "expected"),
+    [
+        # CPU, 64 GiB RAM (62 usable), fp32: 0.1B needs little either way -> off (speed).
+        (0, 24, "0.1B", {}, False),
+        # CPU 4B fp32: serving 23.9 + LoRA 14.9 + 0.1 + 36.1 (fp32 activations) = 75 > 62 -> on.
+        (0, 24, "4B", {}, True),
+        # 1x80, 8B: serving 21.4 + LoRA 46.5 without = 67.9 <= 79.65 -> off.
+        (1, 80, "8B", {}, False),
+        # 1x48, 8B: 67.9 > 47.99 without; with it 21.4 + 21.4 = 42.8 fits -> on (still LoRA).
+        (1, 48, "8B", {}, True),
+        # ... unless micro-batches are 1024 tokens: activations 29.32 / 4 = 7.33, 45.9 fits.
+        (1, 48, "8B", {"CLAWRL_TRAIN__TOKEN_BUDGET": "1024"}, False),
+        # asked for: on even where it would fit without.
+        (1, 80, "8B", {"CLAWRL_TRAIN__GRADIENT_CHECKPOINTING": "on"}, True),
+        (0, 24, "0.1B", {"CLAWRL_TRAIN__GRADIENT_CHECKPOINTING": "on"}, True),
+        # an asked SGLang pool of 0.4 x 79.65 = 31.9 leaves 45.8 - 2 < 46.5 without -> on.
+        (1, 80, "8B", {"CLAWRL_HARDWARE__SGLANG_MEM_FRACTION": "0.4"}, True),
+    ],
+)
+def test_plan_checkpoints_only_where_the_trainer_does_not_fit_without(
+    n: int, gb: int, size: str, env: dict[str, str], expected: bool
+) -> None:
+    p = plan(fake_inventory(n, gb), model(size), settings(**env))
+    assert p.gradient_checkpointing is expected
+    assert p.train_mode == "lora"
+    training = next(m for m in p.memory if m.role == "training")
+    assert training.role == "training" and training.fits
+    why = next(r for r in p.reasons if r.startswith("Gradient checkpointing"))
+    assert why.startswith(f"Gradient checkpointing {'on' if expected else 'off'}")
+    trainer_line = next(r for r in p.reasons if r.startswith("training on"))
+    assert ("(checkpointed)" if expected else "(not checkpointed)") in trainer_line
+    if expected and not env:
+        assert "does NOT fit" in why  # names the numbers that ruled it out
+    text = format_plan(p)
+    assert f"gradient checkpointing {'on' if expected else 'off'}" in text
+
+
+def test_trainer_need_follows_the_checkpointing_choice() -> None:
+    # 8B LoRA on 1x80: W 14.90 + LoRA 0.30 + activations + 2; activations without
+    # checkpointing 4096 x (4096 x 36 x 24 x 2 + 151936 x 4) B = 29.32 GiB, with 4.19 GiB.
+    off = plan(fake_inventory(1), model("8B"), settings())
+    on = plan(fake_inventory(1), model("8B"), settings(CLAWRL_TRAIN__GRADIENT_CHECKPOINTING="on"))
+    assert off.memory[-1].need_gib == pytest.approx(14.90 + 0.30 + 29.32 + 2, abs=0.02)
+    assert on.memory[-1].need_gib == pytest.approx(14.90 + 0.30 + 4.19 + 2, abs=0.02)
+    # less trainer memory leaves SGLang a larger pool on the shared card
+    assert on.sglang_mem_fraction is not None and off.sglang_mem_fraction is not None
+    assert on.sglang_mem_fraction > off.sglang_mem_fraction
+
+
+def test_checkpointing_off_refuses_what_only_fits_with_it() -> None:
+    # 8B on 1x48: LoRA 67.9 and QLoRA 21.4 + 35.7 = 57.1 without checkpointing, both > 47.99.
+    env = {"CLAWRL_TRAIN__GRADIENT_CHECKPOINTING": "off"}
+    with pytest.raises(PlanError, match=r"not checkpointed.*does NOT fit"):
+        plan(fake_inventory(1, 48), model("8B"), settings(**env))
 
 
 def test_importing_hardware_does_not_import_torch() -> None:

@@ -10,17 +10,23 @@ part (with the objective's signal and >= 1 token): samples without a signal neve
 loss (REFERENCE §9), and a batch where none takes part gives exactly 0 with a graph, so
 `backward()` yields zero gradients, not NaN. Behaviour, teacher and reference log-probs and
 advantages are detached; padding may hold anything (even NaN), it is replaced before `exp`.
+
+Nothing here reads a tensor back to the host (no `float(t)`, `int(t)`, boolean indexing):
+on a GPU each read waits for the queued kernels, so counts stay tensors and statistics are
+`LazyStats`, read once by the trainer after the optimizer step.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Literal
 
 import torch
 from torch import Tensor
+
+from clawrl_app.engine.lazy_stats import LazyStats
 
 Method = Literal["rl", "opd", "combine", "topk-opd"]
 BaselineKind = Literal["ema", "batch_mean", "none"]
@@ -115,8 +121,9 @@ class LossResult:
 
     loss: Tensor
     """Scalar to call `backward()` on."""
-    stats: dict[str, float]
-    """Plain floats: pg_loss, clip_frac, ratio_mean, kl, entropy, adv_mean, adv_std, ..."""
+    stats: Mapping[str, float]
+    """pg_loss, clip_frac, ratio_mean, kl, entropy, adv_mean, adv_std, ... as plain floats
+    when read (the built-in objectives return `LazyStats`; a custom loss may give a dict)."""
 
 
 Objective = Callable[[LossBatch, LossConfig, Tensor], LossResult]
@@ -137,22 +144,26 @@ def _valid(mask_BT: Tensor) -> Tensor:
 def _token_mean(values_BT: Tensor, valid_BT: Tensor) -> Tensor:
     """Mean over valid tokens (flat); 0 when there are none."""
     total = torch.where(valid_BT, values_BT, 0.0).sum()  # ()
-    return total / max(int(valid_BT.sum()), 1)  # ()
+    return total / valid_BT.sum().clamp(min=1)  # ()
 
 
-def _token_std(values_BT: Tensor, valid_BT: Tensor) -> float:
+def _token_std(values_BT: Tensor, valid_BT: Tensor) -> Tensor:
     """Population std over valid tokens (0 for fewer than two), detached."""
-    picked_N = values_BT.detach()[valid_BT]  # (N,)
-    return float(picked_N.std(unbiased=False)) if picked_N.numel() > 1 else 0.0
+    x_BT = values_BT.detach()  # (B, T)
+    n = valid_BT.sum()  # ()
+    mean = _token_mean(x_BT, valid_BT)  # ()
+    var = _token_mean((x_BT - mean) ** 2, valid_BT)  # ()
+    return torch.where(n > 1, var.sqrt(), 0.0)  # ()
 
 
-def _sample_mean(values_BT: Tensor, valid_BT: Tensor) -> tuple[Tensor, int]:
-    """Mean per sample over its valid tokens, then over samples with >= 1 valid token."""
+def _sample_mean(values_BT: Tensor, valid_BT: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean per sample over its valid tokens, then over samples with >= 1 valid token;
+    also returns that sample count (a 0-d tensor)."""
     tokens_B = valid_BT.sum(-1)  # (B,)
     sums_B = torch.where(valid_BT, values_BT, 0.0).sum(-1)  # (B,)
     per_sample_B = sums_B / tokens_B.clamp(min=1)  # (B,); 0 for an all-masked sample
-    samples = int((tokens_B > 0).sum())
-    return per_sample_B.sum() / max(samples, 1), samples  # ()
+    samples = (tokens_B > 0).sum()  # ()
+    return per_sample_B.sum() / samples.clamp(min=1), samples  # ()
 
 
 # --- advantages (no autograd) ---------------------------------------------------------------
@@ -175,12 +186,12 @@ def ema_baseline_update(
     return batch_mean if baseline is None else decay * baseline + (1.0 - decay) * batch_mean
 
 
-def _signal_mean(rewards_B: Tensor, signal_B: Tensor) -> float:
+def _signal_mean(rewards_B: Tensor, signal_B: Tensor) -> Tensor:
     """Mean reward over samples with an RL signal; 0 when there are none."""
-    return float(rewards_B[signal_B].mean()) if bool(signal_B.any()) else 0.0  # (B,) -> ()
+    return _token_mean(rewards_B, signal_B)  # (B,) -> ()
 
 
-_BASELINES: dict[str, Callable[[Tensor, Tensor, float | None], float]] = {
+_BASELINES: dict[str, Callable[[Tensor, Tensor, float | None], Tensor | float]] = {
     "none": lambda r_B, s_B, ema: 0.0,
     "batch_mean": lambda r_B, s_B, ema: _signal_mean(r_B, s_B),
     # Before the first EMA update the best estimate is this batch's mean.
@@ -249,19 +260,18 @@ def ppo_clip_loss(
     is_clipped_BT = (clipped_BT > unclipped_BT) & valid_BT  # (B, T)
     token_loss_BT = torch.where(is_clipped_BT, clipped_BT, unclipped_BT)  # (B, T)
     loss, samples = _sample_mean(token_loss_BT, valid_BT)  # ()
-    tokens = int(valid_BT.sum())
-    stats = {
-        "pg_loss": float(loss.detach()),
-        "clip_frac": float(is_clipped_BT.sum()) / max(tokens, 1),
-        "ratio_mean": float(_token_mean(ratio_BT.detach(), valid_BT)),
+    stats: dict[str, Tensor | float] = {
+        "pg_loss": loss,
+        "clip_frac": _token_mean(is_clipped_BT.to(ratio_BT.dtype), valid_BT),
+        "ratio_mean": _token_mean(ratio_BT.detach(), valid_BT),
         "kl": 0.0,
         "entropy": 0.0,
-        "adv_mean": float(_token_mean(a_BT, valid_BT)),
+        "adv_mean": _token_mean(a_BT, valid_BT),
         "adv_std": _token_std(a_BT, valid_BT),
-        "tokens": float(tokens),
-        "samples": float(samples),
+        "tokens": valid_BT.sum(),
+        "samples": samples,
     }
-    return LossResult(loss=loss, stats=stats)
+    return LossResult(loss=loss, stats=LazyStats(stats))
 
 
 def kl_k3(logprobs_BT: Tensor, ref_logprobs_BT: Tensor, mask_BT: Tensor) -> Tensor:
@@ -279,19 +289,21 @@ def _with_regularizers(
 
     `kl` / `entropy` statistics are reported whenever their tensors are given.
     """
-    loss, stats = result.loss, dict(result.stats)
+    loss = result.loss
+    given = result.stats
+    stats: dict[str, Tensor | float] = given.raw() if isinstance(given, LazyStats) else {**given}
     if batch.ref_logprobs_BT is not None:
         k3_BT = kl_k3(batch.logprobs_BT, batch.ref_logprobs_BT, valid_BT)  # (B, T)
         kl = _token_mean(k3_BT, valid_BT)  # ()
-        stats["kl"] = float(kl.detach())
+        stats["kl"] = kl
         if cfg.kl_coef > 0:
             loss = loss + cfg.kl_coef * kl  # ()
     if batch.entropy_BT is not None:
         entropy = _token_mean(_upcast(batch.entropy_BT), valid_BT)  # ()
-        stats["entropy"] = float(entropy.detach())
+        stats["entropy"] = entropy
         if cfg.entropy_coef > 0:
             loss = loss - cfg.entropy_coef * entropy  # ()
-    return LossResult(loss=loss, stats=stats)
+    return LossResult(loss=loss, stats=LazyStats(stats))
 
 
 # --- objectives -----------------------------------------------------------------------------
@@ -392,15 +404,15 @@ def topk_opd_loss(batch: LossBatch, cfg: LossConfig) -> LossResult:
     log_ratio_BT = (batch.logprobs_BT - batch.old_logprobs_BT).detach()  # (B, T)
     ratio_BT = torch.exp(torch.where(valid_BT, log_ratio_BT, 0.0))  # (B, T), diagnostic only
     loss, samples = _sample_mean(kl_BT, valid_BT)  # ()
-    tokens = int(valid_BT.sum())
-    stats = dict.fromkeys(STAT_KEYS, 0.0)
+    stats: dict[str, Tensor | float] = dict.fromkeys(STAT_KEYS, 0.0)
     stats |= {
-        "pg_loss": float(loss.detach()),
-        "ratio_mean": float(_token_mean(ratio_BT, valid_BT)),
-        "tokens": float(tokens),
-        "samples": float(samples),
+        "pg_loss": loss,
+        "ratio_mean": _token_mean(ratio_BT, valid_BT),
+        "tokens": valid_BT.sum(),
+        "samples": samples,
     }
-    return _with_regularizers(LossResult(loss=loss, stats=stats), batch, cfg, valid_BT)
+    result = LossResult(loss=loss, stats=LazyStats(stats))
+    return _with_regularizers(result, batch, cfg, valid_BT)
 
 
 # --- dispatch table -------------------------------------------------------------------------

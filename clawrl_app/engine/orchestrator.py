@@ -338,6 +338,7 @@ class Engine:
             baseline=t.baseline,
             approved_only=self.settings.review.mode == "manual",
             device="cuda" if self.plan.train_devices else "cpu",
+            gradient_checkpointing=self.plan.gradient_checkpointing,
             custom_loss_path=t.custom_loss_path,
             serving_flag_file=str(self.serving_flag.path) if self.serving_flag else None,
             yield_max_s=t.yield_to_serving_s if self.serving_flag else 0.0,

@@ -1,4 +1,18 @@
-"""Per-token log-probs of recorded responses under the policy being trained (torch)."""
+"""Per-token log-probs of recorded responses under the policy being trained (torch).
+
+One forward pass per micro-batch, built for speed and memory on a GPU:
+
+- The batch is left-padded (every sequence ends in the last column, `position_ids` count
+  from each sequence's first real token), so all responses end together and the model
+  projects only the last T+1 hidden states onto the vocabulary (`logits_to_keep`), T being
+  the longest response: prompt positions never reach the lm_head.
+- Log-probs are `z[token] - logsumexp(z)` on the temperature-scaled logits `z`, batched over
+  the micro-batch; `z` (float32) is the only B×T×V tensor kept for backward.
+- Every tensor is created on the model's device; nothing is read back to the host.
+
+Response tensors are (B, T): item b's r_b response tokens fill the *last* r_b columns, the
+left columns are padding (mask 0).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +24,12 @@ import torch
 
 from clawrl_app.engine.train_data import TrainItem
 
+PAD_ID = 0  # any valid id: padded positions are masked out of attention and of the loss
+
 
 @dataclass
 class ForwardOut:
-    """Right-padded response tensors for a micro-batch."""
+    """Response tensors of a micro-batch, left-padded to (B, T) (see the module docstring)."""
 
     logprobs_BT: torch.Tensor  # differentiable log pi_theta of the recorded tokens
     entropy_BT: torch.Tensor  # detached per-token entropy
@@ -27,68 +43,74 @@ class ForwardOut:
     topk_teacher_BTK: torch.Tensor | None = None
 
 
+def _left_pad(row: Sequence[Any], width: int, fill: Any) -> list[Any]:
+    """`row` right-aligned in `width` entries, `fill` on the left."""
+    return [fill] * (width - len(row)) + list(row)
+
+
 def response_logprobs(
     model: Any, items: Sequence[TrainItem], device: torch.device | str
 ) -> ForwardOut:
     """One forward pass over prompt+response; log-softmax at each item's sampling temperature
     (the behaviour convention of the serving backend), gathered at the response tokens."""
-    seqs = [it.prompt_ids + it.response_ids for it in items]
-    L = max(len(s) for s in seqs)
+    dev = torch.device(device)
+    f32 = torch.float32
+    L = max(it.tokens for it in items)
     T = max(len(it.response_ids) for it in items)
-    B = len(items)
-    ids_BL = torch.zeros(B, L, dtype=torch.long)
-    attn_BL = torch.zeros(B, L, dtype=torch.long)
-    for b, s in enumerate(seqs):
-        ids_BL[b, : len(s)] = torch.tensor(s)
-        attn_BL[b, : len(s)] = 1
-    logits_BLV = model(input_ids=ids_BL.to(device), attention_mask=attn_BL.to(device)).logits
-    entropy_BT = torch.zeros(B, T)
-    rows = []
+    seqs = [it.prompt_ids + it.response_ids for it in items]
+    ids_BL = torch.tensor(
+        [_left_pad(s, L, PAD_ID) for s in seqs], dtype=torch.long, device=dev
+    )  # (B, L)
+    seq_len_B = torch.tensor([len(s) for s in seqs], dtype=torch.long, device=dev)  # (B,)
+    resp_len_B = torch.tensor([len(it.response_ids) for it in items], device=dev)  # (B,)
+    attn_BL = (torch.arange(L, device=dev) >= L - seq_len_B[:, None]).long()  # (B, L)
+    pos_BL = (attn_BL.cumsum(-1) - 1).clamp(min=0)  # (B, L); 0.. from the first real token
+    logits = model(
+        input_ids=ids_BL,
+        attention_mask=attn_BL,
+        position_ids=pos_BL,
+        use_cache=False,  # training: no KV cache to build
+        logits_to_keep=T + 1,
+    ).logits  # (B, T+1, V); the slice below also copes with a model that returns all L
+    temp_B11 = torch.tensor([it.temperature for it in items], dtype=f32, device=dev)[:, None, None]
+    # bf16/fp32 logits / fp32 temperature -> one float32 (B, T, V) tensor (type promotion)
+    z_BTV = logits[:, -(T + 1) : -1] / temp_B11  # predicts the last T tokens
+    del logits
+    lse_BT = torch.logsumexp(z_BTV, dim=-1)  # (B, T)
+    target_BT = ids_BL[:, L - T :]  # (B, T); padding ids where a response is shorter
+    logprobs_BT = z_BTV.gather(-1, target_BT[..., None]).squeeze(-1) - lse_BT  # (B, T)
+    with torch.no_grad():
+        # H = sum_v -p_v ln p_v, in place in one transient (B, T, V) buffer; as exact as
+        # -sum(exp(logp) * logp) (lse - sum(p z) loses ~1e-4 to cancellation)
+        probs_BTV = torch.softmax(z_BTV, dim=-1)  # (B, T, V)
+        entropy_BT = torch.special.entr(probs_BTV, out=probs_BTV).sum(-1)  # (B, T)
+        del probs_BTV
+    mask_BT = (torch.arange(T, device=dev) >= T - resp_len_B[:, None]).to(f32)  # (B, T)
+    old = [_left_pad(it.old_logprobs, T, 0.0) for it in items]
+    old_BT = torch.tensor(old, dtype=f32, device=dev)  # (B, T)
+    teacher = [_left_pad(it.teacher_logprobs or [], T, 0.0) for it in items]
+    teacher_BT = torch.tensor(teacher, dtype=f32, device=dev)  # (B, T)
     K = max((len(it.teacher_topk_ids[0]) for it in items if it.teacher_topk_ids), default=0)
-    student_k: list[torch.Tensor] = []
-    for b, it in enumerate(items):
-        p, r = len(it.prompt_ids), len(it.response_ids)
-        logits_TV = logits_BLV[b, p - 1 : p - 1 + r].float() / it.temperature  # (r, V)
-        logp_TV = torch.log_softmax(logits_TV, dim=-1)  # (r, V)
-        target_T1 = torch.tensor(it.response_ids, device=logp_TV.device).unsqueeze(-1)  # (r, 1)
-        rows.append(torch.nn.functional.pad(logp_TV.gather(-1, target_T1).squeeze(-1), (0, T - r)))
-        if K:
-            ids_TK = torch.zeros(T, K, dtype=torch.long, device=logp_TV.device)
-            if it.teacher_topk_ids:
-                ids_TK[:r] = torch.tensor(it.teacher_topk_ids, device=logp_TV.device)
-            gathered_rK = logp_TV.gather(-1, ids_TK[:r])  # (r, K)
-            student_k.append(torch.nn.functional.pad(gathered_rK, (0, 0, 0, T - r)))  # (T, K)
-        with torch.no_grad():
-            entropy_BT[b, :r] = -(logp_TV.exp() * logp_TV).sum(-1).cpu()  # (r,)
-    logprobs_BT = torch.stack(rows)  # (B, T)
-    mask_BT = torch.zeros(B, T)
-    old_BT = torch.zeros(B, T)
-    teacher_BT = torch.zeros(B, T)
-    for b, it in enumerate(items):
-        r = len(it.response_ids)
-        mask_BT[b, :r] = 1.0
-        old_BT[b, :r] = torch.tensor(it.old_logprobs)
-        if it.teacher_logprobs is not None:
-            teacher_BT[b, :r] = torch.tensor(it.teacher_logprobs)
-    dev = logprobs_BT.device
-    teacher_k = None
+    student_k = teacher_k = None
     if K:
-        teacher_k = torch.zeros(B, T, K)
-        for b, it in enumerate(items):
-            if it.teacher_topk_logprobs:
-                teacher_k[b, : len(it.response_ids)] = torch.tensor(it.teacher_topk_logprobs)
+        ids = [_left_pad(it.teacher_topk_ids or [], T, [PAD_ID] * K) for it in items]
+        ids_BTK = torch.tensor(ids, dtype=torch.long, device=dev)  # (B, T, K)
+        student_k = z_BTV.gather(-1, ids_BTK) - lse_BT[..., None]  # (B, T, K)
+        lps = [_left_pad(it.teacher_topk_logprobs or [], T, [0.0] * K) for it in items]
+        teacher_k = torch.tensor(lps, dtype=f32, device=dev)  # (B, T, K)
     return ForwardOut(
         logprobs_BT=logprobs_BT,
-        entropy_BT=entropy_BT.to(dev),
-        mask_BT=mask_BT.to(dev),
-        old_logprobs_BT=old_BT.to(dev),
-        teacher_logprobs_BT=teacher_BT.to(dev),
-        rewards_B=torch.tensor([it.reward for it in items], device=dev),
-        has_reward_B=torch.tensor([it.has_reward for it in items], device=dev),
+        entropy_BT=entropy_BT,
+        mask_BT=mask_BT,
+        old_logprobs_BT=old_BT,
+        teacher_logprobs_BT=teacher_BT,
+        rewards_B=torch.tensor([it.reward for it in items], dtype=f32, device=dev),
+        has_reward_B=torch.tensor([it.has_reward for it in items], dtype=torch.bool, device=dev),
         has_teacher_B=torch.tensor(
             [it.teacher_logprobs is not None or it.teacher_topk_ids is not None for it in items],
+            dtype=torch.bool,
             device=dev,
         ),
-        topk_student_BTK=torch.stack(student_k) if K else None,
-        topk_teacher_BTK=teacher_k.to(dev) if teacher_k is not None else None,
+        topk_student_BTK=student_k,
+        topk_teacher_BTK=teacher_k,
     )

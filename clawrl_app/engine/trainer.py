@@ -18,6 +18,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -52,8 +53,25 @@ CANARY_PROMPTS = ["What is the capital of France?", "Write one sentence about th
 CANARY_RESPONSE = "Paris is the capital of France, and the sea is calm."
 
 
-def load_4bit(path: Path, device: str = "cuda") -> tuple[Any, Any]:
-    """QLoRA: the base model in 4-bit NF4 (bitsandbytes), ready for LoRA training. The
+# Non-reentrant checkpointing: works with inputs that need no grad and with hooks (pause points).
+CHECKPOINT_KWARGS = {"use_reentrant": False}
+
+
+def enable_checkpointing(model: Any, *, adapter: bool) -> None:
+    """Gradient checkpointing on a HF model (before peft wraps it). For an adapter the frozen
+    embeddings' output is made to require grad, as peft documents for checkpointing (needed
+    by the reentrant variant; a no-op for correctness with ours, at a negligible cost)."""
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x's name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=CHECKPOINT_KWARGS)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=CHECKPOINT_KWARGS)
+    if adapter:
+        model.enable_input_require_grads()
+
+
+def load_4bit(path: Path, device: str = "cuda", checkpointing: bool = False) -> tuple[Any, Any]:
+    """QLoRA: the base model in 4-bit NF4 (bitsandbytes), ready for LoRA training, with
+    gradient checkpointing only when the plan chose it (peft's default is always on). The
     serving side serves exactly these weights, dequantized (engine/backends/nf4_base.py)."""
     from peft import prepare_model_for_kbit_training
     from transformers import AutoTokenizer
@@ -65,7 +83,12 @@ def load_4bit(path: Path, device: str = "cuda") -> tuple[Any, Any]:
         path, "cuda:0" if device == "cuda" else device, torch.bfloat16 if on_gpu else torch.float32
     )
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    return prepare_model_for_kbit_training(model), tokenizer
+    prepared = prepare_model_for_kbit_training(
+        model,
+        use_gradient_checkpointing=checkpointing,
+        gradient_checkpointing_kwargs=CHECKPOINT_KWARGS,
+    )
+    return prepared, tokenizer
 
 
 class Trainer:
@@ -96,10 +119,12 @@ class Trainer:
             parent_dir if cfg.mode == "full" and parent_dir is not None else Path(cfg.model_path)
         )
         if cfg.mode == "qlora":
-            base, self.tokenizer = load_4bit(weights, cfg.device)
+            base, self.tokenizer = load_4bit(weights, cfg.device, cfg.gradient_checkpointing)
         else:
             resolved = ResolvedModel(weights, "local", weights.name, 0)
             base, self.tokenizer = load_model(resolved, device=cfg.device)
+            if cfg.gradient_checkpointing:
+                enable_checkpointing(base, adapter=cfg.mode != "full")
         model = self._wrap(base, parent_dir)
         model.train()
         params = [p for p in model.parameters() if p.requires_grad]
@@ -226,7 +251,9 @@ class Trainer:
             else self.baseline
         )
         self.optimizer.zero_grad(set_to_none=True)
-        totals: dict[str, float] = {}
+        # Losses and statistics stay on the device until the optimizer step is queued: a
+        # read-back inside the loop would make the host wait for the GPU before each backward.
+        parts: list[tuple[float, torch.Tensor, Mapping[str, float]]] = []
         for mb in micro_batches(items, self.cfg.token_budget):
             out = response_logprobs(self.model, mb, self.device)
             adv_B = rl_advantages(out.rewards_B, out.has_reward_B, self.cfg.baseline, self.baseline)  # type: ignore[arg-type]
@@ -245,13 +272,12 @@ class Trainer:
             result = self.objective(batch, self.loss_cfg, adv_B)
             share = len(mb) / len(items)
             self.accelerator.backward(result.loss * share)
-            totals["loss"] = totals.get("loss", 0.0) + float(result.loss.detach()) * share
-            for k, v in result.stats.items():
-                totals[k] = totals.get(k, 0.0) + float(v) * share
+            parts.append((share, result.loss.detach(), result.stats))
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
         self.optimizer.step()
         self.step += 1
+        totals = weighted_totals(parts)  # the step's one read-back (with grad_norm below)
         rewards = [it.reward for it in items]
         metrics = {
             "loss": totals.get("loss", 0.0),
@@ -370,6 +396,19 @@ class Trainer:
                 ),
                 flush=True,
             )
+
+
+def weighted_totals(
+    parts: list[tuple[float, torch.Tensor, Mapping[str, float]]],
+) -> dict[str, float]:
+    """Share-weighted sums over micro-batches of the loss and of each statistic."""
+    losses = torch.stack([loss.float() for _, loss, _ in parts]).tolist() if parts else []
+    totals: dict[str, float] = {}
+    for (share, _, stats), loss in zip(parts, losses, strict=True):
+        totals["loss"] = totals.get("loss", 0.0) + loss * share
+        for k, v in stats.items():
+            totals[k] = totals.get(k, 0.0) + float(v) * share
+    return totals
 
 
 def main(argv: list[str] | None = None) -> int:

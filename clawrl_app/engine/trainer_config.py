@@ -30,6 +30,9 @@ class TrainerConfig:
     max_steps: int = 0
     seed: int = 0
     device: str = "cpu"
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer in backward instead of keeping its activations (the
+    plan's choice, `Plan.gradient_checkpointing`): less memory, about one more forward."""
     custom_loss_path: str | None = None
     serving_flag_file: str | None = None
     """Shared flag raised while the endpoint answers (CPU-only: the step pauses then)."""
