@@ -87,6 +87,23 @@ def read_manifest(path: Path) -> Manifest:
     return Manifest(**json.loads((path / MANIFEST).read_text()))
 
 
+def clean_unregistered(root: Path, registered: list[Path]) -> list[str]:
+    """Remove complete checkpoint folders the store does not know: a trainer killed after
+    the rename and before the registration wrote them (nothing can load or publish them,
+    and the next step of the same number would be written beside them). Only the trainer
+    holding the trainer lock may call this. Returns the names removed."""
+    if not root.exists():
+        return []
+    known = {p.resolve() for p in registered}
+    removed = []
+    for d in sorted(root.iterdir()):
+        complete = d.is_dir() and not d.name.startswith(".") and (d / MANIFEST).exists()
+        if complete and d.resolve() not in known:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d.name)
+    return removed
+
+
 def clean_temp(root: Path) -> None:
     """Remove half-written checkpoint folders left by a crash."""
     if root.exists():

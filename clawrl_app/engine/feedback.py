@@ -15,7 +15,7 @@ from clawrl_app.engine.backends.base import Backend
 from clawrl_app.engine.chat_format import ChatFormatter
 from clawrl_app.engine.events import EventSink, TurnRated
 from clawrl_app.engine.judge import teacher_logprobs, teacher_topk
-from clawrl_app.engine.openai_schema import ApiError
+from clawrl_app.engine.openai_schema import ApiError, reject_lone_surrogates
 from clawrl_app.engine.store import JudgmentRow, Store, TurnRow
 
 
@@ -34,6 +34,7 @@ def parse_feedback(body: Any) -> Feedback:
     """Validate `{session_id, turn | turn_id, rating: +1|-1, hint?}`; ApiError(400) otherwise."""
     if not isinstance(body, dict):
         raise ApiError(400, "The body must be a JSON object.")
+    reject_lone_surrogates(body)
     sid = body.get("session_id")
     if not isinstance(sid, str) or not sid:
         raise ApiError(400, "session_id (string) is required.", param="session_id")

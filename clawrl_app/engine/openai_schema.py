@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -82,7 +83,8 @@ class ChatRequest(_Lenient):
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**64 - 1)
+    """What a torch generator takes; a bigger one failed in the backend as a 503."""
     n: int | None = Field(default=None, ge=1, le=1)
     tools: list[ToolSpec] | None = None
     tool_choice: str | dict[str, Any] | None = None
@@ -107,10 +109,38 @@ class ChatRequest(_Lenient):
         return self.max_completion_tokens or self.max_tokens
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def reject_lone_surrogates(value: Any) -> None:
+    """ApiError(400) naming the first string in a decoded JSON value that holds a lone
+    UTF-16 surrogate. JSON allows the escape (`"\\ud83d"`, e.g. an emoji cut in half), but
+    it is not Unicode text: the tokenizer, hashing and SQLite all fail on it."""
+    stack: list[tuple[str, Any]] = [("", value)]  # no recursion: bodies may nest deeply
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, dict):
+            for k, item in v.items():
+                key = f"{where}.{k}" if where else str(k)
+                stack.append((key, k))
+                stack.append((key, item))
+        elif isinstance(v, list):
+            stack.extend((f"{where}.{i}" if where else str(i), item) for i, item in enumerate(v))
+        elif isinstance(v, str) and _SURROGATE.search(v):
+            shown = where.encode("utf-8", "backslashreplace").decode()
+            raise ApiError(
+                400,
+                f"Invalid request: {shown or 'the body'} holds a lone UTF-16 surrogate "
+                "(an escape such as \\ud83d without its pair), which is not valid Unicode text.",
+                param=shown or None,
+            )
+
+
 def parse_chat_request(payload: Any) -> ChatRequest:
     """Validate a decoded JSON body; raise ApiError(400) naming the offending field."""
     if not isinstance(payload, dict):
         raise ApiError(400, "The request body must be a JSON object.")
+    reject_lone_surrogates(payload)
     try:
         return ChatRequest.model_validate(payload)
     except ValidationError as exc:

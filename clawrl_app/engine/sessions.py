@@ -19,6 +19,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from clawrl_app.engine.openai_schema import reject_lone_surrogates
+
 TurnType = Literal["main", "side"]
 TRUTHY = {"1", "true", "yes", "on"}
 _OPENCLAW_ID = re.compile(r"sessionId=([A-Za-z0-9._:-]{4,128})")
@@ -58,6 +60,7 @@ def pop_session_fields(body: dict[str, Any]) -> tuple[str | None, str | None, bo
     sid = body.pop("session_id", None)
     ttype = body.pop("turn_type", None)
     done = body.pop("session_done", None)
+    reject_lone_surrogates({"session_id": sid, "turn_type": ttype})
     return (
         str(sid) if sid not in (None, "") else None,
         str(ttype) if ttype not in (None, "") else None,

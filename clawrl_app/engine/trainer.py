@@ -29,6 +29,7 @@ from clawrl_app.engine.checkpoints import (
     STATE,
     Manifest,
     clean_temp,
+    clean_unregistered,
     next_version,
     version_number,
     write_checkpoint,
@@ -46,6 +47,7 @@ from clawrl_app.engine.policy_forward import response_logprobs
 from clawrl_app.engine.store import Store
 from clawrl_app.engine.train_data import Skip, TrainItem, build_item, micro_batches
 from clawrl_app.engine.trainer_config import TrainerConfig
+from clawrl_app.engine.trainer_lease import hold_trainer_lock, owner_alive
 
 log = logging.getLogger("clawrl.trainer")
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -106,10 +108,16 @@ class Trainer:
                 "train.mode = qlora needs CUDA (bitsandbytes 4-bit); use lora or full."
             )
         self.cfg = cfg
+        # before the store and the checkpoint folder: an old trainer may still finish a step
+        self._lock_fd = hold_trainer_lock(Path(cfg.lock_file)) if cfg.lock_file else None
         self.accelerator = Accelerator(cpu=cfg.device == "cpu")
         self.store = Store(Path(cfg.store_path))
         self.root = Path(cfg.checkpoints_dir)
         clean_temp(self.root)
+        if self._lock_fd is not None:  # the only trainer: what the store lacks is a leftover
+            registered = [Path(c.path) for c in self.store.list_checkpoints()]
+            for name in clean_unregistered(self.root, registered):
+                log.info("removed %s: written by a trainer killed before registering it", name)
         torch.manual_seed(cfg.seed)
         self.step = 0
         self.baseline: float | None = None
@@ -379,8 +387,18 @@ class Trainer:
         except (OSError, ValueError):
             return True
 
+    def owner_alive(self) -> bool:
+        """False once the engine that started this process is gone (killed, or replaced by
+        a newer one): an orphan trainer must not train on, the next engine's trainer will."""
+        if not self.cfg.owner_lease or not self.cfg.owner_token:
+            return True
+        return owner_alive(Path(self.cfg.owner_lease), self.cfg.owner_token)
+
     def run(self) -> None:
         while not self.cfg.max_steps or self.step < self.cfg.max_steps:
+            if not self.owner_alive():
+                log.info("the engine that started this trainer is gone; stopping")
+                return
             if not self.allowed():
                 time.sleep(self.cfg.poll_s)
                 continue

@@ -38,3 +38,10 @@ class TrainerConfig:
     """Shared flag raised while the endpoint answers (CPU-only: the step pauses then)."""
     yield_max_s: float = 0.0
     """Most seconds a step may pause for serving (0 = never)."""
+    owner_lease: str | None = None
+    """The engine's lease file (engine/trainer_lease.py): the trainer stops when it is free
+    or names another engine; None = no owner check (a trainer run by hand or a test)."""
+    owner_token: str | None = None
+    """The token of the engine start that launched this trainer."""
+    lock_file: str | None = None
+    """Held by the trainer process while it lives: a new trainer waits for an old one."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from clawrl_app.engine.events import EventSink, LoopFailed, StepFinished, StepStarted
 from clawrl_app.engine.trainer_config import TrainerConfig
+from clawrl_app.engine.trainer_lease import LEASE_FILE, LOCK_FILE, OwnerLease
 from clawrl_app.paths import write_private
 
 log = logging.getLogger("clawrl.trainer")
@@ -61,7 +62,13 @@ class TrainerSupervisor:
         events: EventSink | None = None,
         log_file: Path | None = None,
     ) -> None:
-        self.cfg = replace(cfg, control_file=str(run_dir / "trainer_control.json"))
+        self.cfg = replace(
+            cfg,
+            control_file=str(run_dir / "trainer_control.json"),
+            lock_file=str(run_dir / LOCK_FILE),
+        )
+        self.lease = OwnerLease(run_dir / LEASE_FILE)
+        """Held while this engine lives: a trainer it started stops once the engine is gone."""
         self.run_dir = run_dir
         self.gpus = gpus
         self.events: EventSink = events or (lambda e: None)
@@ -91,6 +98,10 @@ class TrainerSupervisor:
         if resume_from is not None:
             self.cfg = replace(self.cfg, resume_from=resume_from)
             self.last_checkpoint = None
+        token = self.lease.acquire()
+        self.cfg = replace(
+            self.cfg, owner_lease=str(self.lease.path) if token else None, owner_token=token
+        )
         write_private(self.config_file, json.dumps(asdict(self.cfg), indent=1).encode())
         self._stopping = False
         self._task = asyncio.create_task(self._supervise())
@@ -180,6 +191,7 @@ class TrainerSupervisor:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        self.lease.release()
         self.state = "stopped"
 
     def status(self) -> dict[str, Any]:
