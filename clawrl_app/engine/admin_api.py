@@ -182,6 +182,8 @@ def admin_router(engine: Engine, max_body_bytes: int = 1024 * 1024) -> APIRouter
 
     @router.get("/events")
     async def get_events(since: int = 0) -> dict[str, Any]:
+        if not 0 <= since < 2**63:  # SQLite integers are 64-bit
+            raise ApiError(400, "since must be an event id (0 or more).", param="since")
         rows = store().events_since(since)
         return {
             "data": [{"id": e.id, "ts": e.ts, "kind": e.kind, "payload": e.payload} for e in rows]

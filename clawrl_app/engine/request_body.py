@@ -29,6 +29,16 @@ async def read_json(request: Request, limit: int) -> Any:
                 code="request_too_large",
             )
     try:
-        return json.loads(body)
+        value = json.loads(body)
+    except RecursionError:
+        raise ApiError(400, "The body is not valid JSON: it is nested too deeply.") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"The body is not valid JSON: {exc}.") from None
+    if b"\\u" in body or b"\xed" in body:  # may decode to a lone UTF-16 surrogate: text no store
+        try:  # or answer can encode, so refuse it here for every route
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ApiError(
+                400, "The body holds a lone UTF-16 surrogate (\\ud800-\\udfff escape)."
+            ) from None
+    return value

@@ -275,38 +275,9 @@ _MATCHERS: dict[str, Callable[[Case], bool]] = {
     "rollback-lone-surrogate": _rollback_surrogate,
 }
 _JSON = (("Content-Type", "application/json"),)
-KNOWN_BUGS = [
-    KnownBug(
-        "deep-json",
-        "api.py _read_json: json.loads raises RecursionError (not ValueError) for a body "
-        "nested deeper than the recursion limit -> 500 on /v1/chat/completions, /v1/feedback "
-        "and /admin/rollback (and admin_api.py post_review, which calls request.json())",
-        "RecursionError",
-        Case("chat", "POST", "/v1/chat/completions", _JSON, b"[" * 5000 + b"]" * 5000, False),
-    ),
-    KnownBug(
-        "review-not-json",
-        "admin_api.py post_review: `await request.json()` on a body that is not JSON "
-        "(JSONDecodeError) or not UTF-8 (UnicodeDecodeError) -> 500",
-        "in post_review",
-        Case("admin", "POST", "/admin/sessions/fuzz-a/review", _JSON, b"not json", False),
-    ),
-    KnownBug(
-        "events-since-beyond-64-bits",
-        "admin_api.py get_events: `since` is an unbounded int; Store.events_since binds it "
-        "and sqlite3 raises OverflowError for 2**63 and beyond -> 500",
-        "OverflowError",
-        Case("admin", "GET", f"/admin/events?since={2**63}", (), None, False),
-    ),
-    KnownBug(
-        "rollback-lone-surrogate",
-        "orchestrator.py rollback: before_session holding a lone surrogate (valid JSON "
-        "escape) is used as is: the rollback runs, storing the RolledBack event fails and "
-        "the answer, which echoes it, cannot be encoded -> 500",
-        "surrogates not allowed",
-        Case("admin", "POST", "/admin/rollback", _JSON, b'{"before_session": "\\ud800"}', False),
-    ),
-]
+KNOWN_BUGS: list[KnownBug] = []
+"""Bugs found by the fuzz run and not fixed yet (none now: deep JSON, non-JSON review bodies,
+`since` beyond 64 bits and lone surrogates in admin bodies all answer 400)."""
 
 
 def known_bug(case: Case) -> KnownBug | None:

@@ -118,7 +118,12 @@ def test_a_seed_beyond_64_bits_is_a_400_and_leaves_the_backend_healthy(base: str
         "seed": 2**64,
     }
     for _ in range(3):
-        r = httpx.post(f"{base}/v1/chat/completions", content=json.dumps(body), timeout=60)
+        r = httpx.post(
+            f"{base}/v1/chat/completions",
+            content=json.dumps(body),
+            headers={"Content-Type": "application/json"},
+            timeout=60,
+        )
         assert r.status_code == 400 and r.json()["error"]["param"] == "seed", r.text
     assert httpx.get(f"{base}/readyz").status_code == 200
     body["seed"] = 2**64 - 1  # the largest a generator takes is fine
