@@ -104,7 +104,7 @@ def test_left_padding_matches_right_padding_and_projects_only_response_positions
         out = response_logprobs(lora_model, items, "cpu")
     finally:
         hook.remove()
-    assert seen == [T + 1], "the lm_head saw prompt positions"
+    assert seen == [T], "the lm_head saw prompt positions"
     assert out.logprobs_BT.shape == out.mask_BT.shape == (len(items), T)
     assert out.topk_student_BTK is not None and out.topk_student_BTK.shape == (len(items), T, K)
     for b, (it, ref) in enumerate(
