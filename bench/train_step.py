@@ -95,13 +95,15 @@ class Bare:
         import torch
         from peft import LoraConfig, get_peft_model
 
-        from clawrl_app.engine.trainer import LORA_TARGETS, enable_checkpointing
+        from clawrl_app.engine.trainer import LORA_TARGETS
         from clawrl_app.models import ResolvedModel, load_model
 
         path = Path(args["model_path"])
         dev = args["device"]
         model, _ = load_model(ResolvedModel(path, "local", path.name, 0), device=dev)
-        if args["gradient_checkpointing"]:
+        if args["gradient_checkpointing"]:  # the same HF calls as the trainer's
+            from clawrl_app.engine.trainer import enable_checkpointing
+
             enable_checkpointing(model, adapter=True)
         cfg = LoraConfig(
             r=LORA_RANK, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules=LORA_TARGETS
@@ -223,6 +225,7 @@ def compare_step(
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=_worker, args=(kind, args, child), daemon=True)
         proc.start()
+        child.close()  # so that a side that dies gives EOFError here instead of a hang
         conns[kind] = parent
         procs.append(proc)
     try:
