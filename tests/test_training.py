@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,6 +21,7 @@ import pytest
 import torch
 
 from clawrl_app.engine.checkpoints import read_manifest
+from clawrl_app.engine.cpu_share import BusyFlag
 from clawrl_app.engine.store import Store
 from clawrl_app.engine.train_data import TrainItem, build_item
 from clawrl_app.engine.trainer import Trainer
@@ -260,6 +265,75 @@ def test_two_lora_steps_change_every_trainable_parameter_and_resume(
     assert all(torch.allclose(p, got[n].detach()) for n, p in saved.items())
     assert resumed.optimizer.state_dict()["state"], "optimizer state was restored"
     shutil.rmtree(tmp_path / "ckpt")
+
+
+ENGINE_HOLDING_THE_LEASE = """
+import sys, time
+from pathlib import Path
+from clawrl_app.engine.trainer_lease import OwnerLease
+print(OwnerLease(Path(sys.argv[1])).acquire(), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_trainer_whose_engine_dies_mid_step_drops_the_step(
+    training_engine: Any, tmp_path: Path
+) -> None:
+    """The engine (a child process holding the owner lease) is killed while the trainer is
+    inside a step (paused at a pause point, the endpoint being busy): the trainer stops
+    within about a second and registers nothing, for the next engine's trainer to redo."""
+    converse(training_engine.url, 1, "o")
+    wait_for(lambda: len(judged_items(training_engine.engine.store)) >= 2, timeout=60)
+    db = copy_store(Path(training_engine.engine.store.path), tmp_path / "copy.sqlite3")
+    with Store(db) as store:
+        ids = [it.sample_id for it in judged_items(store)[:2]]
+        for i in ids:  # trainable again in the copy, whatever the live trainer did
+            store.set_sample_state(i, "judged")
+        before = len(store.list_checkpoints())
+    flag = BusyFlag(tmp_path / "busy.flag", create=True)
+    flag.set(True)  # the endpoint is answering: the step waits at its first pause point
+    engine = subprocess.Popen(
+        [sys.executable, "-c", ENGINE_HOLDING_THE_LEASE, str(tmp_path / "trainer.lease")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert engine.stdout is not None
+        token = engine.stdout.readline().strip()
+        cfg = TrainerConfig(
+            store_path=str(db),
+            checkpoints_dir=str(tmp_path / "ckpt"),
+            model_path=str(training_engine.engine.model.path),
+            batch_size=2,
+            resume_from="none",
+            serving_flag_file=str(flag.path),
+            yield_max_s=300.0,
+            owner_lease=str(tmp_path / "trainer.lease"),
+            owner_token=token,
+            lock_file=str(tmp_path / "trainer.lock"),
+            max_steps=1,
+        )
+        trainer = Trainer(cfg)
+        out = io.StringIO()  # the trainer's stdout (its events to the supervisor)
+        runner = threading.Thread(target=trainer.run, daemon=True)
+        with contextlib.redirect_stdout(out):
+            runner.start()
+            wait_for(lambda: "step_started" in out.getvalue() or not runner.is_alive(), 120)
+            time.sleep(1.0)
+            assert runner.is_alive()  # inside the step, waiting for the endpoint
+            engine.kill()
+            t0 = time.monotonic()
+            runner.join(10)
+        assert not runner.is_alive() and time.monotonic() - t0 < 5
+    finally:
+        engine.kill()
+        engine.wait(10)
+        flag.close()
+    assert trainer.step == 0
+    with Store(db) as store:
+        assert len(store.list_checkpoints()) == before
+        assert {store.get_sample(i).state for i in ids} == {"judged"}  # type: ignore[union-attr]
+    assert not (tmp_path / "ckpt").exists() or not any((tmp_path / "ckpt").iterdir())
 
 
 def test_killed_trainer_restarts_and_resumes_without_training_a_sample_twice(

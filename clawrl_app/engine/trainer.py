@@ -93,6 +93,10 @@ def load_4bit(path: Path, device: str = "cuda", checkpointing: bool = False) -> 
     return prepared, tokenizer
 
 
+class EngineGone(Exception):
+    """The engine that started this trainer is gone (killed, or replaced by a newer one)."""
+
+
 class Trainer:
     """Owns the model, the optimizer and the step counter of one training run."""
 
@@ -148,6 +152,7 @@ class Trainer:
         self.loss_cfg = LossConfig()
         self.objective = self._objective()
         self.pause_budget = PauseBudget(cfg.yield_max_s)
+        self._owner_checked = 0.0
         self.serving: BusyFlag | None = None
         if cfg.serving_flag_file and cfg.yield_max_s > 0:
             try:
@@ -158,10 +163,17 @@ class Trainer:
                 install_pause_points(self.model, self.yield_to_serving)
 
     def yield_to_serving(self) -> float:
-        """Sleep while the endpoint is answering (within this step's pause budget)."""
+        """Sleep while the endpoint is answering (within this step's pause budget); raise
+        EngineGone at once if our engine died meanwhile (a new one may raise the flag)."""
         if self.serving is None:
             return 0.0
-        return wait_while_busy(self.serving.busy, self.pause_budget)
+        serving = self.serving
+
+        def busy() -> bool:
+            self.check_owner(every_s=1.0)
+            return serving.busy()
+
+        return wait_while_busy(busy, self.pause_budget)
 
     # -- set-up ------------------------------------------------------------------------
     def _objective(self) -> Any:
@@ -387,18 +399,28 @@ class Trainer:
         except (OSError, ValueError):
             return True
 
-    def owner_alive(self) -> bool:
-        """False once the engine that started this process is gone (killed, or replaced by
-        a newer one): an orphan trainer must not train on, the next engine's trainer will."""
+    def check_owner(self, every_s: float = 0.0) -> None:
+        """Raise EngineGone once the engine that started this process is gone: an orphan
+        trainer must not train on or register anything; the next engine's trainer takes
+        over (it waits for this process to exit). Checks at most every `every_s`."""
         if not self.cfg.owner_lease or not self.cfg.owner_token:
-            return True
-        return owner_alive(Path(self.cfg.owner_lease), self.cfg.owner_token)
+            return
+        now = time.monotonic()
+        if now - self._owner_checked < every_s:
+            return
+        self._owner_checked = now
+        if not owner_alive(Path(self.cfg.owner_lease), self.cfg.owner_token):
+            raise EngineGone
 
     def run(self) -> None:
+        try:
+            self._loop()
+        except EngineGone:  # mid-step too: that step is dropped, nothing half-registered
+            log.info("the engine that started this trainer is gone; stopping")
+
+    def _loop(self) -> None:
         while not self.cfg.max_steps or self.step < self.cfg.max_steps:
-            if not self.owner_alive():
-                log.info("the engine that started this trainer is gone; stopping")
-                return
+            self.check_owner()
             if not self.allowed():
                 time.sleep(self.cfg.poll_s)
                 continue
@@ -407,6 +429,7 @@ class Trainer:
                 time.sleep(self.cfg.poll_s)
                 continue
             metrics = self.train_step(items)
+            self.check_owner()  # a step is long: the engine may have died meanwhile
             version = self.save(items, metrics)
             print(
                 json.dumps(

@@ -8,7 +8,9 @@ it dies) prevent that:
 
 - the engine holds the *owner lease* (`trainer.lease` in the data dir), a file holding a
   fresh token per start; the trainer gets the token in its config and stops as soon as the
-  lease is free (its engine died) or holds another token (a newer engine took over);
+  lease is free (its engine died) or holds another token (a newer engine took over): it
+  checks between steps, at the pause points inside a step and before registering a
+  checkpoint, and drops the step under way (the next engine's trainer redoes it);
 - each trainer process holds the *trainer lock* (`trainer.lock`) while it lives, so a new
   trainer waits for an old one to be gone before it reads the store or cleans the
   checkpoint folder.

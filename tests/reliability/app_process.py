@@ -65,6 +65,8 @@ class Kill:
 
     at: float
     tree: bool
+    during_start: bool = False
+    """Before /readyz said 200 (model loading, migrations, the trainer starting)."""
     killed: list[int] = field(default_factory=list)
     survivors: list[int] = field(default_factory=list)
     survivor_lifetimes_s: list[float] = field(default_factory=list)
@@ -81,6 +83,7 @@ class AppProcess:
         self.base = f"http://127.0.0.1:{port}"
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
+        self._spawned_at = 0.0
         self.starts: list[Start] = []
         self.kills: list[Kill] = []
         self._seen: dict[int, psutil.Process] = {}  # every process of ours, by pid
@@ -88,6 +91,11 @@ class AppProcess:
     # -- start ------------------------------------------------------------------------
     def start(self, ready_timeout_s: float = 180.0) -> Start:
         """Start the app and wait for /readyz 200; a start that fails is recorded, not raised."""
+        self.spawn()
+        return self.wait_ready(ready_timeout_s)
+
+    def spawn(self) -> None:
+        """Start `clawrl-app serve` without waiting for it."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             log.write(f"\n=== start {len(self.starts) + 1} at {time.time():.3f} ===\n".encode())
@@ -100,12 +108,18 @@ class AppProcess:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: kill -9 takes all of it
             )
+        self._spawned_at = time.monotonic()
         self._track()
+
+    def wait_ready(self, ready_timeout_s: float = 180.0) -> Start:
+        """Wait for /readyz 200 of the process `spawn` started; records the start."""
+        assert self.proc is not None
         start = Start(self.proc.pid, None)
-        t0 = time.monotonic()
+        t0 = self._spawned_at
         with httpx.Client(timeout=2.0) as client:
             while time.monotonic() - t0 < ready_timeout_s:
                 self._track()
+                self.note_survivor_exits()  # the previous run's leftovers, while we wait
                 if self.proc.poll() is not None:
                     start.error = f"exited with code {self.proc.returncode} before ready"
                     break
@@ -144,12 +158,12 @@ class AppProcess:
         return []
 
     # -- kill -------------------------------------------------------------------------
-    def kill9(self, tree: bool = False) -> Kill:
+    def kill9(self, tree: bool = False, during_start: bool = False) -> Kill:
         """SIGKILL the app's process group (`tree`: also every descendant, whatever its
         group, as an OOM killer of the whole session would). Returns who outlived it."""
         assert self.proc is not None
         family = self.processes()
-        kill = Kill(time.time(), tree)
+        kill = Kill(time.time(), tree, during_start)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         if tree:
