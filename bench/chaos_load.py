@@ -63,6 +63,11 @@ class RssSampler:
                 continue
             self.samples.append((time.monotonic() - t0, own, others))
 
+    def write(self, path: Path) -> None:
+        """The samples as a table (seconds, app RSS, trainer RSS in MiB), for a closer look."""
+        rows = [f"{t:.0f}\t{a / 2**20:.0f}\t{b / 2**20:.0f}" for t, a, b in self.samples]
+        path.write_text("t_s\tapp_mib\ttrainer_mib\n" + "\n".join(rows) + "\n")
+
     def growth(self, warm_s: float) -> tuple[float, float, float]:
         """(RSS at warm_s, RSS at the end, growth) in MiB; median of 5 samples around each."""
         if not self.samples:
@@ -125,6 +130,7 @@ def run_load(
     with Store(paths.store_file) as store:
         steps = len({m.step for m in store.metrics("loss")})
     warm = min(60.0, seconds / 3)
+    sampler.write(home / "rss.tsv")
     return load_rows(log, elapsed, sampler.growth(warm), warm, steps, f, clean_stop, leftovers)
 
 
