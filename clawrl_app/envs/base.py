@@ -193,6 +193,11 @@ class Env(Protocol):
         """Idempotent: kill processes, remove the workspace."""
         ...
 
+    def oracle_replies(self, task: Task) -> list[PolicyReply]:
+        """The scripted replies that solve `task` (the shipped solution as tool calls, then
+        the final answer): the oracle policy of tests, CI and `env run --policy oracle`."""
+        ...
+
 
 @dataclass(frozen=True)
 class PolicyReply:
