@@ -54,6 +54,12 @@ def test_merged_copy_matches_peft_and_leaves_the_base_alone(
     merged = merged_copy(base, adapter_dir)
     assert merged is not None
     assert torch.equal(base.model.layers[0].self_attn.q_proj.weight, before)  # a copy
+    # only adapted weights are copied: the embeddings (tied to lm_head) and norms are shared
+    assert merged.model.embed_tokens.weight is base.model.embed_tokens.weight
+    assert merged.lm_head.weight is merged.model.embed_tokens.weight
+    assert merged.model.norm.weight is base.model.norm.weight
+    q = merged.model.layers[0].self_attn.q_proj.weight
+    assert q is not base.model.layers[0].self_attn.q_proj.weight and not torch.equal(q, before)
     ids = torch.tensor([[1, 504, 3258, 314, 260, 2723, 30]])
     with torch.no_grad():
         want = PeftModel.from_pretrained(base, str(adapter_dir)).eval()(ids).logits

@@ -33,6 +33,7 @@ from clawrl_app.engine.backends.base import (
     TokenOut,
     UnknownVersion,
 )
+from clawrl_app.engine.backends.heap import return_freed_memory
 from clawrl_app.engine.backends.kv_batch import DecodeBatch
 from clawrl_app.engine.backends.lora_merge import merged_copy
 from clawrl_app.engine.backends.sampling import continuation_logprobs, sample_next
@@ -563,11 +564,12 @@ class TorchBackend:
         self._model.eval()
 
     def _delete_now(self, version: str) -> None:
-        if self._full.pop(version, None) is not None:
-            return
-        self._model.delete_adapter(version)
-        if not self._model.peft_config:  # last adapter gone: back to the plain base model
-            self._model = self._model.unload()
+        if self._full.pop(version, None) is None:
+            self._model.delete_adapter(version)
+            if not self._model.peft_config:  # last adapter gone: back to the plain base model
+                self._model = self._model.unload()
+        if self.device.type == "cpu":  # else RSS grows by a copy per publish (heap.py)
+            return_freed_memory()
 
     def _topk_now(
         self, prompt_ids: list[int], response_ids: list[int], k: int, version: str
