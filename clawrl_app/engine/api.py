@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from clawrl_app.engine.admin_api import admin_router
 from clawrl_app.engine.backends.base import BackendError
 from clawrl_app.engine.chat_service import ChatDelta, ChatResult, ChatService, PreparedChat
+from clawrl_app.engine.env_api import env_router, env_source
 from clawrl_app.engine.openai_schema import ApiError, chunk, completion_id, now_s, usage
 from clawrl_app.engine.request_body import read_json
 from clawrl_app.engine.sessions import is_truthy
@@ -96,6 +97,7 @@ def create_app(
 
     if engine is not None:
         app.include_router(admin_router(engine, max_body_bytes), dependencies=[Depends(authorized)])
+        app.include_router(env_router(engine), dependencies=[Depends(authorized)])
 
     @app.exception_handler(BackendError)
     async def _backend_error(_: Request, exc: BackendError) -> JSONResponse:
@@ -156,7 +158,8 @@ def create_app(
             header_session=h.get("x-session-id") or None,
             header_turn_type=h.get("x-turn-type") or None,
             header_done=is_truthy(h.get("x-session-done")),
-            source_hint=_source_hint(h.get("user-agent", "")),
+            source_hint=env_source(h.get("x-session-source"))
+            or _source_hint(h.get("user-agent", "")),
         )
         events = service.start(prep)
         if prep.request.stream:

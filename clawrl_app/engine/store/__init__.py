@@ -11,16 +11,18 @@ round-trip exactly. JSON columns come back parsed. Times are Unix seconds (`time
 The package splits the store by what each part does: `schema` (DDL and migrations), `rows`
 (row objects and value encoding), `connection` (opening, transactions, health), `faults`
 (what a failure of the file or disk means for the user), and one mixin per
-area (`sessions`, `turns`, `samples`, `checkpoints`), combined here into `Store`.
+area (`sessions`, `turns`, `samples`, `checkpoints`, `episodes`), combined here into `Store`.
 """
 
 from __future__ import annotations
 
 from clawrl_app.engine.store.checkpoints import CheckpointsMixin
 from clawrl_app.engine.store.connection import StoreBase, StoreWatcher
+from clawrl_app.engine.store.episodes import EpisodeRefused, EpisodesMixin
 from clawrl_app.engine.store.faults import FAULT_KINDS, StoreError, check_store_file
 from clawrl_app.engine.store.rows import (
     CheckpointRow,
+    EpisodeRow,
     EventRow,
     JudgmentRow,
     MetricRow,
@@ -29,10 +31,13 @@ from clawrl_app.engine.store.rows import (
     SampleRow,
     SessionRow,
     TurnRow,
+    TurnSignal,
 )
 from clawrl_app.engine.store.samples import SamplesMixin
 from clawrl_app.engine.store.schema import (
     CHECKPOINT_STATUSES,
+    ENV_SOURCE_PREFIX,
+    EPISODE_STATUSES,
     MIGRATIONS,
     REVIEW_STATES,
     SAMPLE_STATES,
@@ -44,6 +49,8 @@ from clawrl_app.engine.store.turns import TurnsMixin
 
 __all__ = [
     "CHECKPOINT_STATUSES",
+    "ENV_SOURCE_PREFIX",
+    "EPISODE_STATUSES",
     "FAULT_KINDS",
     "MIGRATIONS",
     "R",
@@ -52,6 +59,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "TURN_TYPES",
     "CheckpointRow",
+    "EpisodeRefused",
+    "EpisodeRow",
     "EventRow",
     "JudgmentRow",
     "MetricRow",
@@ -62,11 +71,12 @@ __all__ = [
     "StoreError",
     "StoreWatcher",
     "TurnRow",
+    "TurnSignal",
     "check_store_file",
 ]
 
 
-class Store(SessionsMixin, TurnsMixin, SamplesMixin, CheckpointsMixin, StoreBase):
+class Store(SessionsMixin, TurnsMixin, SamplesMixin, CheckpointsMixin, EpisodesMixin, StoreBase):
     """The SQLite store: open with `Store(path)`, close with `close()` or a `with` block."""
 
     def _migrations(self) -> list[str]:

@@ -37,6 +37,37 @@ class SessionRow:
 
 
 @dataclass(frozen=True)
+class EpisodeRow:
+    """One agentic-environment episode: the session that recorded its turns, the task, the
+    rollout group it belongs to, how it ended and the verifier's outcome."""
+
+    session_id: str
+    env: str
+    task_id: str
+    group_id: str
+    split: str
+    status: str
+    reason: str
+    outcome_reward: float | None
+    verdict: dict[str, Any]
+    trained: bool
+    turns: int
+    duration_s: float
+    created: float
+
+
+@dataclass(frozen=True)
+class TurnSignal:
+    """What an episode says about one of its model turns: the next state (the env's
+    observation) and the reward to train on (None: not trained)."""
+
+    next_state_text: str
+    next_state_json: Any
+    reward: float | None
+    step_score: float | None = None
+
+
+@dataclass(frozen=True)
 class NewTurn:
     """A turn to record; `record_turn` assigns id, idx and created."""
 
@@ -193,6 +224,7 @@ _DECODED: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "logprobs": ("logprobs", lambda b: _unpack("d", b)),
     "teacher_logprobs": ("teacher_logprobs", lambda b: _unpack("d", b)),
     "pinned": ("pinned", bool),
+    "trained": ("trained", bool),
     **{
         f"{name}_json": (name, json.loads)
         for name in (
@@ -202,6 +234,7 @@ _DECODED: dict[str, tuple[str, Callable[[Any], Any]]] = {
             "votes",
             "hint_candidates",
             "teacher_topk",
+            "verdict",
         )
         + ("metrics", "sessions", "samples", "payload")
     },

@@ -12,6 +12,8 @@ REVIEW_STATES = ("pending", "approved", "excluded")
 TURN_TYPES = ("main", "side")
 SAMPLE_STATES = ("pending", "judged", "trained", "excluded", "skipped")
 CHECKPOINT_STATUSES = ("ready", "published", "refused", "pruned")
+EPISODE_STATUSES = ("completed", "truncated", "failed", "aborted")
+ENV_SOURCE_PREFIX = "env:"  # sessions recorded by an agentic environment's rollouts
 
 # Index i brings the schema from version i to i + 1; each runs in one transaction.
 MIGRATIONS: list[str] = [
@@ -73,6 +75,19 @@ MIGRATIONS: list[str] = [
     # v2: the teacher's top-k distribution per response token (for top-k OPD)
     """
     ALTER TABLE judgments ADD COLUMN teacher_topk_json TEXT;
+    """,
+    # v3: agentic-environment episodes (one per env session): task, group, outcome
+    """
+    CREATE TABLE episodes (
+        session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+        env TEXT NOT NULL, task_id TEXT NOT NULL, group_id TEXT NOT NULL,
+        split TEXT NOT NULL, status TEXT NOT NULL
+            CHECK (status IN ('completed', 'truncated', 'failed', 'aborted')),
+        reason TEXT NOT NULL, outcome_reward REAL, verdict_json TEXT NOT NULL,
+        trained INTEGER NOT NULL, turns INTEGER NOT NULL, duration_s REAL NOT NULL,
+        created REAL NOT NULL);
+    CREATE INDEX episodes_by_env ON episodes(env, created);
+    CREATE INDEX episodes_by_group ON episodes(group_id);
     """,
 ]
 

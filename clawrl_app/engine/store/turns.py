@@ -14,7 +14,7 @@ from clawrl_app.engine.store.rows import (
     _now,
     _pack,
 )
-from clawrl_app.engine.store.schema import TURN_TYPES
+from clawrl_app.engine.store.schema import ENV_SOURCE_PREFIX, TURN_TYPES
 
 
 class TurnsMixin(StoreBase):
@@ -67,12 +67,15 @@ class TurnsMixin(StoreBase):
         )
 
     def main_turns_without_sample(self, limit: int = 500) -> list[TurnRow]:
-        """Main turns the collector has not handled yet (no sample row), oldest first."""
+        """Main turns the collector has not handled yet (no sample row), oldest first;
+        never those of env sessions (their episode makes their samples)."""
         return self._all(
             TurnRow,
-            "SELECT t.* FROM turns t LEFT JOIN samples s ON s.turn_id = t.id "
-            "WHERE t.type = 'main' AND s.id IS NULL ORDER BY t.id LIMIT ?",
-            (limit,),
+            "SELECT t.* FROM turns t JOIN sessions ss ON ss.id = t.session_id "
+            "LEFT JOIN samples s ON s.turn_id = t.id "
+            "WHERE t.type = 'main' AND s.id IS NULL AND ss.source NOT LIKE ? "
+            "ORDER BY t.id LIMIT ?",
+            (ENV_SOURCE_PREFIX + "%", limit),
         )
 
     def next_main_turn(self, session_id: str, after_idx: int) -> TurnRow | None:

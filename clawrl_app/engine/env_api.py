@@ -1,0 +1,170 @@
+"""Admin routes for agentic-environment rollouts (`clawrl-app env train|eval`).
+
+An env rollout talks to the endpoint like any client, with `X-Session-Id` and
+`X-Session-Source: env:<name>`, so each of its model turns is recorded with the prompt
+ids, sampled ids and behaviour log-probs the endpoint produced. When a rollout group ends,
+its client posts the episodes here: the store then gives each recorded turn its sample
+(the env's observation as next state, the group-relative advantage as reward) in one
+transaction, or records them as not trainable (infrastructure failures, held-out
+evaluation). The judge and the collector never see env sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from typing import TYPE_CHECKING, Any, Literal
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from clawrl_app.engine.openai_schema import ApiError
+from clawrl_app.engine.request_body import read_json
+from clawrl_app.engine.store import (
+    ENV_SOURCE_PREFIX,
+    EpisodeRefused,
+    EpisodeRow,
+    Store,
+    TurnSignal,
+)
+
+if TYPE_CHECKING:
+    from clawrl_app.engine.orchestrator import Engine
+
+log = logging.getLogger("clawrl.env_api")
+ENV_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+TURNS_WAIT_S = 5.0  # a turn is written just before its answer ends: allow for the race
+
+
+def env_source(header: str | None) -> str | None:
+    """The session source named by an `X-Session-Source` header (`env:<name>`), None when
+    absent; ApiError 400 for anything else (only env rollouts name their source)."""
+    if header is None or header == "":
+        return None
+    name = header.removeprefix(ENV_SOURCE_PREFIX)
+    if not header.startswith(ENV_SOURCE_PREFIX) or not ENV_NAME.match(name):
+        raise ApiError(
+            400,
+            "X-Session-Source must be env:<name> (lower-case letters, digits, _ or -).",
+            param="X-Session-Source",
+        )
+    return header
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TurnIn(_Strict):
+    observation: str = Field(max_length=200_000)
+    observation_json: Any = None
+    reward: float | None = Field(default=None, ge=-1.0, le=1.0)
+    step_score: float | None = Field(default=None, ge=-1.0, le=1.0)
+
+
+class EpisodeIn(_Strict):
+    session_id: str = Field(min_length=1, max_length=200)
+    status: Literal["completed", "truncated", "failed", "aborted"]
+    reason: str = Field(default="", max_length=2000)
+    outcome_reward: float | None = Field(default=None, ge=-1.0, le=1.0)
+    verdict: dict[str, Any] = Field(default_factory=dict)
+    duration_s: float = Field(default=0.0, ge=0.0)
+    turns: list[TurnIn] = Field(max_length=1000)
+
+
+class GroupIn(_Strict):
+    env: str = Field(pattern=ENV_NAME.pattern)
+    task_id: str = Field(min_length=1, max_length=200)
+    group_id: str = Field(min_length=1, max_length=200)
+    split: Literal["train", "heldout"] = "train"
+    train: bool = True
+    episodes: list[EpisodeIn] = Field(min_length=1, max_length=64)
+
+
+def _parse(body: Any) -> GroupIn:
+    try:
+        return GroupIn.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        msg = first.get("msg")
+        raise ApiError(400, f"Invalid episode group: {where}: {msg}.", param=where) from None
+
+
+def _skip_reason(group: GroupIn, ep: EpisodeIn) -> str:
+    if not group.train:
+        return f"env {group.split} evaluation: not trained on"
+    if ep.status == "aborted" or ep.outcome_reward is None:
+        return f"env infrastructure failure: {ep.reason or 'no outcome'}"
+    return "no reward for this turn"
+
+
+def record_one(store: Store, group: GroupIn, ep: EpisodeIn, eligible_at: float) -> dict[str, Any]:
+    """Record one episode of `group` (one transaction)."""
+    trainable = group.train and ep.status != "aborted" and ep.outcome_reward is not None
+    row = EpisodeRow(
+        session_id=ep.session_id, env=group.env, task_id=group.task_id,
+        group_id=group.group_id, split=group.split, status=ep.status, reason=ep.reason,
+        outcome_reward=ep.outcome_reward, verdict=ep.verdict, trained=trainable,
+        turns=len(ep.turns), duration_s=ep.duration_s, created=0.0,
+    )  # fmt: skip
+    signals = [
+        TurnSignal(t.observation, t.observation_json, t.reward if trainable else None,
+                   t.step_score)
+        for t in ep.turns
+    ]  # fmt: skip
+    ids = store.record_episode(
+        row, signals, f"env:{group.env}", eligible_at, _skip_reason(group, ep)
+    )
+    trained = sum(s.reward is not None for s in signals)
+    return {"session_id": ep.session_id, "samples": len(ids), "trainable": trained}
+
+
+def env_router(engine: Engine, max_body_bytes: int = 8 * 1024 * 1024) -> APIRouter:
+    router = APIRouter(prefix="/admin/env")
+
+    def store() -> Store:
+        if engine.store is None:
+            raise ApiError(503, "The engine is not started.", type="server_error")
+        return engine.store
+
+    @router.post("/episodes")
+    async def post_episodes(request: Request) -> dict[str, Any]:
+        """Record a rollout group: {env, task_id, group_id, split, train, episodes: [...]}."""
+        group = _parse(await read_json(request, max_body_bytes))
+        s = store()
+        eligible_at = time.time() + engine.settings.review.grace_s
+        deadline = time.monotonic() + TURNS_WAIT_S
+        recorded = []
+        for ep in group.episodes:  # each all or nothing; a refused one stops the rest
+            while True:
+                try:
+                    recorded.append(await asyncio.to_thread(record_one, s, group, ep, eligible_at))
+                    break
+                except EpisodeRefused as exc:
+                    if exc.waiting and time.monotonic() < deadline:
+                        await asyncio.sleep(0.1)  # its last turn may be on its way in
+                        continue
+                    done = f" ({len(recorded)} earlier episodes were recorded)" if recorded else ""
+                    raise ApiError(409, f"{exc}{done}.", type="invalid_request_error") from exc
+        log.info("recorded %d %s episodes of %s", len(recorded), group.env, group.task_id)
+        return {"data": recorded}
+
+    @router.get("/episodes")
+    async def get_episodes(env: str | None = None, split: str | None = None) -> dict[str, Any]:
+        rows = store().list_episodes(env=env, split=split)
+        return {
+            "data": [
+                {
+                    "session_id": r.session_id, "env": r.env, "task_id": r.task_id,
+                    "group_id": r.group_id, "split": r.split, "status": r.status,
+                    "reason": r.reason, "outcome_reward": r.outcome_reward,
+                    "trained": r.trained, "turns": r.turns, "created": r.created,
+                }
+                for r in rows
+            ]
+        }  # fmt: skip
+
+    return router
