@@ -70,7 +70,7 @@ def test_an_episode_turns_its_turns_into_judged_samples_at_once(store: Store) ->
 
 def test_an_untrainable_episode_is_recorded_but_never_trained(store: Store) -> None:
     record_turns(store, "env-2", "env:terminal", 2)
-    signals = [TurnSignal("obs", None, None), TurnSignal("obs", None, None)]
+    signals = [TurnSignal("obs", None, None)]  # the rollout lost its last answer: still fine
     ids = store.record_episode(
         episode("env-2", "aborted", None), signals, "env:terminal", 0.0, "infrastructure failure"
     )

@@ -56,6 +56,12 @@ class EpisodesMixin(StoreBase):
                 "SELECT id FROM turns WHERE session_id = ? AND type = 'main' ORDER BY idx",
                 (episode.session_id,),
             ).fetchall()
+            trainable = any(sig.reward is not None for sig in signals)
+            if len(turns) != len(signals) and not trainable:
+                # nothing of it is trained (an aborted rollout may have lost its last
+                # answer on the way back): record what the endpoint recorded
+                blank = TurnSignal("", None, None)
+                signals = [*signals[: len(turns)], *[blank] * (len(turns) - len(signals))]
             if len(turns) != len(signals):
                 raise EpisodeRefused(
                     f"session {episode.session_id!r} has {len(turns)} recorded turns, "
