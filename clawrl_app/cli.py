@@ -14,6 +14,7 @@ from typing import Any
 
 from clawrl_app import __version__
 from clawrl_app.config import ConfigError, LoadedSettings, describe, load_settings
+from clawrl_app.env_cli import add_env_parser, cmd_env
 from clawrl_app.paths import AppPaths, app_paths
 
 EPILOG = "Settings: config.toml in the config dir < CLAWRL_<SECTION>__<KEY> env vars < flags."
@@ -127,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("api-key", help="print the endpoint's API key and where it is stored")
+    add_env_parser(sub)
     return parser
 
 
@@ -554,6 +556,7 @@ def cmd_api_key(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPath
 
 
 COMMANDS = {
+    "env": cmd_env,
     "launch": cmd_launch,
     "serve": cmd_serve,
     "tui": cmd_tui,

@@ -1,0 +1,282 @@
+"""`clawrl-app env ...`: list the agentic environments, run one episode, train on rollouts,
+evaluate on held-out tasks. Rollouts by the model go through the app's own endpoint: a
+running `clawrl-app serve` when there is one, else an engine started in this process."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from clawrl_app.config import LoadedSettings, load_settings
+from clawrl_app.paths import AppPaths
+
+
+def add_env_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "env",
+        help="agentic environments: list, run an episode, train on rollouts, evaluate",
+        description="Agentic environments (terminal, tool calls): the app learns from rollouts "
+        "the way it learns from conversations.",
+    )
+    esub = p.add_subparsers(dest="env_command", metavar="SUBCOMMAND", required=True)
+    esub.add_parser("list", help="envs, task families and counts, and the sandbox status")
+    r = esub.add_parser("run", help="run one episode and print it turn by turn")
+    r.add_argument("name", help="env name (see `clawrl-app env list`)")
+    r.add_argument("--task", help="task id (default: the first task of the env)")
+    r.add_argument(
+        "--policy", choices=["oracle", "model"], default="model",
+        help="oracle: the task's shipped solution; model: the served model (default)",
+    )  # fmt: skip
+    r.add_argument("--json", action="store_true", help="print the episode as JSON")
+    _rollout_flags(r)
+    t = esub.add_parser("train", help="roll out train tasks until the trainer made N checkpoints")
+    t.add_argument("name", help="env name")
+    t.add_argument("--steps", type=int, required=True, help="new checkpoints to train")
+    t.add_argument("--group-size", type=int, default=4, help="episodes per task (default 4)")
+    t.add_argument("--tasks-per-round", type=int, default=2, help="tasks per round (default 2)")
+    t.add_argument(
+        "--reward-mode", choices=["step", "sequence"], default="step",
+        help="step: per-turn outcome + judge score; sequence: one value per episode",
+    )  # fmt: skip
+    t.add_argument("--judge", choices=["heuristic", "none"], default="heuristic")
+    _rollout_flags(t)
+    e = esub.add_parser("eval", help="success rate on tasks (held-out by default), greedy")
+    e.add_argument("name", help="env name")
+    e.add_argument("--split", choices=["heldout", "train"], default="heldout")
+    e.add_argument("--limit", type=int, default=0, help="only the first N tasks (0 = all)")
+    _rollout_flags(e)
+
+
+def _rollout_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seed", type=int, default=0, help="seed of task choice and sampling")
+    p.add_argument("--max-tokens", type=int, default=256, help="per model turn (default 256)")
+    p.add_argument(
+        "--allow-unsafe", action="store_true",
+        help="run shell envs without an isolating sandbox (NOT recommended: the model's "
+        "commands then run as you, with your files and network)",
+    )  # fmt: skip
+
+
+def cmd_env(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    from clawrl_app.envs.engine_client import EngineClientError
+
+    try:
+        return {"list": _list, "run": _run, "train": _train, "eval": _eval}[args.env_command](
+            args, loaded, paths
+        )
+    except (ValueError, EngineClientError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _env_settings(args: argparse.Namespace) -> dict[str, Any]:
+    return {"allow_unsafe": True} if getattr(args, "allow_unsafe", False) else {}
+
+
+def _list(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    from collections import Counter
+
+    from clawrl_app.envs import env_names, make_env
+
+    try:
+        from clawrl_app.envs.sandbox.probe import probe
+
+        status = probe()
+        sandbox = f"{status.name}: {'ok' if status.ok else 'unavailable'} ({status.detail})"
+    except Exception as exc:  # the listing still helps without a sandbox
+        sandbox = f"unavailable ({exc})"
+    print(f"sandbox: {sandbox}")
+    print(f"{'env':<10} {'tasks':>5} {'train':>5} {'heldout':>7}  families")
+    for name in env_names():
+        try:
+            tasks = make_env(name, allow_unsafe=True).tasks()
+        except Exception as exc:
+            print(f"{name:<10} unavailable: {exc}")
+            continue
+        fam = Counter(t.family for t in tasks)
+        split = Counter(t.split for t in tasks)
+        families = ", ".join(f"{f} {n}" for f, n in sorted(fam.items()))
+        print(f"{name:<10} {len(tasks):>5} {split['train']:>5} {split['heldout']:>7}  {families}")
+    return 0
+
+
+@dataclass
+class _Endpoint:
+    base: str  # http://host:port
+    api_key: str | None
+    alias: str
+
+
+@contextlib.contextmanager
+def _engine(loaded: LoadedSettings, paths: AppPaths) -> Iterator[_Endpoint]:
+    """The running engine on the configured port, else one started in this process (on a
+    free port, with the user's settings and store) for the length of the command."""
+    from clawrl_app.api_key import get_api_key, is_loopback
+    from clawrl_app.envs.engine_client import EngineClient
+
+    s = loaded.settings.server
+    host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
+    stored = get_api_key(paths) if (s.require_api_key or not is_loopback(s.host)) else None
+    key = stored.value if stored is not None else None
+    base = f"http://{host}:{s.port}"
+    probe = EngineClient(base, key, timeout_s=5)
+    try:
+        running = probe.ready()
+    finally:
+        probe.close()
+    if running:
+        print(f"using the engine at {base}", file=sys.stderr)
+        yield _Endpoint(base, key, s.model_alias)
+        return
+    from clawrl_app.engine.engine_thread import EngineThread
+
+    print("no engine running: starting one in this process ...", file=sys.stderr)
+    settings = load_settings(paths.config_file, cli={"server.port": 0}).settings
+    thread = EngineThread(settings, paths).start()
+    try:
+        yield _Endpoint(thread.base, thread.engine.api_key, settings.server.model_alias)
+    finally:
+        print("stopping the engine ...", file=sys.stderr)
+        thread.stop()
+
+
+def _policy_factory(ep: _Endpoint, env_name: str, args: argparse.Namespace, temp: float) -> Any:
+    from clawrl_app.envs.endpoint_policy import EndpointPolicy
+
+    def make(seed: int) -> EndpointPolicy:
+        return EndpointPolicy(
+            base_url=f"{ep.base}/v1", env_name=env_name, model=ep.alias, api_key=ep.api_key,
+            temperature=temp, max_tokens=args.max_tokens, seed=seed,
+        )  # fmt: skip
+
+    return make
+
+
+def _print_turn(turn: Any) -> None:
+    print(f"--- turn {turn.index + 1}")
+    print(f"model: {turn.response_text.strip()[:2000]}")
+    for a in turn.actions:
+        print(f"action: {a.tool or 'text'} {json.dumps(a.arguments)[:500]}")
+    for o in turn.observations:
+        print(f"observation: {o.text.strip()[:1500]}")
+    if turn.parse_error:
+        print(f"parse error: {turn.parse_error}")
+    if turn.judge_score is not None:
+        print(f"step score: {turn.judge_score:+g}")
+
+
+def _run(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    from clawrl_app.envs import make_env
+    from clawrl_app.envs.policies import oracle_policy
+    from clawrl_app.envs.runner import run_episode
+
+    env = make_env(args.name, **_env_settings(args))
+    tasks = env.tasks()
+    task = next((t for t in tasks if t.id == args.task), None) if args.task else tasks[0]
+    if task is None:
+        raise ValueError(f"no task {args.task!r} in {args.name}; see `clawrl-app env list`")
+    on_turn = None if args.json else _print_turn
+    if not args.json:
+        print(f"task {task.id} ({task.family}, {task.split}): {task.instruction}")
+    if args.policy == "oracle":
+        episode = run_episode(env, task, oracle_policy(env, task), on_turn=on_turn, seed=args.seed)
+    else:
+        with _engine(loaded, paths) as ep:
+            policy = _policy_factory(ep, args.name, args, 1.0)(args.seed)
+            sid = f"env-{args.name}-{uuid.uuid4().hex[:12]}"
+            episode = run_episode(
+                env, task, policy, session_id=sid, on_turn=on_turn, seed=args.seed
+            )
+            from clawrl_app.envs.engine_client import EngineClient
+            from clawrl_app.envs.recording import group_payload
+
+            client = EngineClient(ep.base, ep.api_key)
+            try:  # recorded (closing its session), never trained: it was not a group
+                client.record_group(
+                    group_payload(task, f"run-{sid}", [episode], [None], train=False)
+                )
+            finally:
+                client.close()
+    if args.json:
+        print(json.dumps(episode.to_dict(), indent=2, default=str))
+        return 0
+    v = episode.verdict
+    print(
+        f"=== {episode.status.value} ({episode.reason}); verifier score "
+        f"{v.score if v else '-'}; reward {episode.outcome_reward}; {episode.duration_s:.1f} s"
+    )
+    return 0
+
+
+def _train(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    from tqdm import tqdm
+
+    from clawrl_app.envs.engine_client import EngineClient
+    from clawrl_app.envs.training import RolloutSettings, train_env
+
+    if args.steps < 1:
+        raise ValueError("--steps must be 1 or more")
+    cfg = RolloutSettings(
+        group_size=args.group_size, tasks_per_round=args.tasks_per_round,
+        max_tokens=args.max_tokens, judge=args.judge, reward_mode=args.reward_mode,
+        seed=args.seed, env_settings=_env_settings(args),
+    )  # fmt: skip
+    with _engine(loaded, paths) as ep:
+        client = EngineClient(ep.base, ep.api_key)
+        bar = tqdm(total=args.steps, unit="checkpoint", desc=f"env train {args.name}")
+        seen = {"n": 0, "eps": 0, "ok": 0}
+
+        def on_round(r: int, rep: Any, made: int) -> None:
+            seen["eps"] += rep.episodes
+            seen["ok"] += rep.successes
+            bar.update(made - seen["n"])
+            seen["n"] = made
+            bar.set_postfix(
+                episodes=seen["eps"], success=f"{seen['ok'] / max(seen['eps'], 1):.0%}",
+                samples=rep.trainable,
+            )  # fmt: skip
+
+        try:
+            total = train_env(
+                args.name, client, _policy_factory(ep, args.name, args, cfg.temperature),
+                args.steps, cfg, on_round=on_round,
+            )  # fmt: skip
+        finally:
+            bar.close()
+            client.close()
+    print(
+        f"{total.checkpoints} new checkpoints from {total.episodes} episodes "
+        f"({total.successes} solved, {total.aborted} not trainable), "
+        f"{total.trainable} trainable samples"
+    )
+    return 0
+
+
+def _eval(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    from clawrl_app.envs.engine_client import EngineClient
+    from clawrl_app.envs.training import RolloutSettings, evaluate_env
+
+    cfg = RolloutSettings(
+        max_tokens=args.max_tokens, seed=args.seed, temperature=0.0,
+        env_settings=_env_settings(args),
+    )  # fmt: skip
+    with _engine(loaded, paths) as ep:
+        client = EngineClient(ep.base, ep.api_key)
+        try:
+            rate, rep = evaluate_env(
+                args.name, client, _policy_factory(ep, args.name, args, 0.0), cfg,
+                split=args.split, limit=args.limit,
+            )  # fmt: skip
+        finally:
+            client.close()
+    print(
+        f"{args.name} {args.split}: {rep.successes}/{rep.episodes} solved ({rate:.0%}), "
+        f"{rep.aborted} not scorable, {rep.seconds:.0f} s"
+    )
+    return 0

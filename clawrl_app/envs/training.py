@@ -1,0 +1,177 @@
+"""Env training and evaluation against a running engine (`clawrl-app env train|eval`).
+
+Training: rounds of rollout groups on train-split tasks (n episodes per task at
+temperature 1, through the endpoint), each group's advantages from `rewards.turn_advantages`
+(outcome + step-judge scores), posted to the engine, which records them as samples; the
+engine's trainer then learns from them with the same losses, checkpoints, publishing,
+review and rollback as conversations. It goes on until the trainer has made `steps` new
+checkpoints. Evaluation: each task of a split once, greedy, recorded but never trained.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from clawrl_app.envs import make_env
+from clawrl_app.envs.base import Episode, Task
+from clawrl_app.envs.endpoint_policy import EndpointPolicy
+from clawrl_app.envs.engine_client import EngineClient
+from clawrl_app.envs.recording import group_payload
+
+
+@dataclass
+class RolloutSettings:
+    group_size: int = 4
+    tasks_per_round: int = 2
+    temperature: float = 1.0
+    max_tokens: int = 256
+    concurrency: int = 2
+    judge: str = "heuristic"  # "heuristic" or "none"
+    reward_mode: str = "step"  # "sequence" or "step" (ENVS.md §5.4)
+    prm_coef: float = 0.5
+    seed: int = 0
+    env_settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RoundReport:
+    episodes: int = 0
+    successes: int = 0
+    aborted: int = 0
+    samples: int = 0
+    trainable: int = 0
+    checkpoints: int = 0
+    seconds: float = 0.0
+
+    def add(self, other: RoundReport) -> None:
+        for name in ("episodes", "successes", "aborted", "samples", "trainable"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+def split_tasks(tasks: list[Task], split: str) -> list[Task]:
+    chosen = [t for t in tasks if t.split == split]
+    if not chosen:
+        raise ValueError(f"no {split} tasks in this env's packs")
+    return chosen
+
+
+def _judge(kind: str) -> Any:
+    if kind == "none":
+        return None
+    from clawrl_app.envs.judge import HeuristicJudge
+
+    return HeuristicJudge()
+
+
+def _success(ep: Episode) -> bool:
+    return ep.verdict is not None and ep.verdict.success and ep.trainable
+
+
+def run_round(
+    env_name: str,
+    tasks: list[Task],
+    client: EngineClient,
+    policy_for: Callable[[int], EndpointPolicy],
+    cfg: RolloutSettings,
+    *,
+    train: bool = True,
+    round_index: int = 0,
+) -> RoundReport:
+    """One rollout group per task, recorded by the engine."""
+    from clawrl_app.envs.rewards import turn_advantages
+    from clawrl_app.envs.runner import run_group
+
+    report = RoundReport()
+    t0 = time.monotonic()
+    judge = _judge(cfg.judge) if train else None
+    n = cfg.group_size if train else 1
+    for k, task in enumerate(tasks):
+        seed = cfg.seed * 1_000_003 + round_index * 1009 + k
+        group = run_group(
+            lambda: make_env(env_name, **cfg.env_settings), task, policy_for(seed), n=n,
+            concurrency=cfg.concurrency, judge=judge, seed=seed,
+            session_prefix=f"env-{env_name}",
+        )  # fmt: skip
+        advantages = (
+            turn_advantages(group, mode=cfg.reward_mode, coef=cfg.prm_coef)
+            if train
+            else [None] * len(group)
+        )
+        recorded = client.record_group(
+            group_payload(task, f"g-{uuid.uuid4().hex[:12]}", group, advantages, train=train)
+        )
+        report.episodes += len(group)
+        report.successes += sum(_success(ep) for ep in group)
+        report.aborted += sum(not ep.trainable for ep in group)
+        report.samples += sum(r["samples"] for r in recorded)
+        report.trainable += sum(r["trainable"] for r in recorded)
+    report.seconds = time.monotonic() - t0
+    return report
+
+
+def checkpoint_count(client: EngineClient) -> int:
+    return len(client.checkpoints().get("data", []))
+
+
+def train_env(
+    env_name: str,
+    client: EngineClient,
+    policy_for: Callable[[int], EndpointPolicy],
+    steps: int,
+    cfg: RolloutSettings,
+    *,
+    on_round: Callable[[int, RoundReport, int], None] | None = None,
+    max_rounds: int = 1000,
+    wait_s: float = 600.0,
+) -> RoundReport:
+    """Roll out until the engine's trainer has made `steps` new checkpoints; returns the
+    totals (`checkpoints` = new ones). Stops with RuntimeError when the trainer makes no
+    checkpoint within `wait_s` of rollouts that gave it trainable samples."""
+    env = make_env(env_name, **cfg.env_settings)
+    tasks = split_tasks(env.tasks(), "train")
+    rng = random.Random(cfg.seed)
+    start = checkpoint_count(client)
+    total = RoundReport()
+    last_progress = time.monotonic()
+    made = 0
+    for r in range(max_rounds):
+        batch = rng.sample(tasks, min(cfg.tasks_per_round, len(tasks)))
+        rep = run_round(env_name, batch, client, policy_for, cfg, round_index=r)
+        total.add(rep)
+        now_made = checkpoint_count(client) - start
+        if now_made > made:
+            made, last_progress = now_made, time.monotonic()
+        if on_round is not None:
+            on_round(r, rep, made)
+        if made >= steps:
+            break
+        if time.monotonic() - last_progress > wait_s and total.trainable:
+            raise RuntimeError(
+                f"the trainer made no checkpoint in {wait_s:.0f} s although "
+                f"{total.trainable} trainable samples were recorded: is training enabled "
+                "(train.enabled) and the review mode auto? See `clawrl-app doctor`."
+            )
+    total.checkpoints = made
+    return total
+
+
+def evaluate_env(
+    env_name: str,
+    client: EngineClient,
+    policy_for: Callable[[int], EndpointPolicy],
+    cfg: RolloutSettings,
+    split: str = "heldout",
+    limit: int = 0,
+) -> tuple[float, RoundReport]:
+    """Success rate of one greedy episode per task of `split` (recorded, never trained)."""
+    env = make_env(env_name, **cfg.env_settings)
+    tasks = split_tasks(env.tasks(), split)
+    if limit:
+        tasks = tasks[:limit]
+    rep = run_round(env_name, tasks, client, policy_for, cfg, train=False)
+    return (rep.successes / rep.episodes if rep.episodes else 0.0), rep
