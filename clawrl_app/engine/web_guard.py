@@ -41,7 +41,14 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 WILDCARD_BINDS = frozenset({"0.0.0.0", "::", ""})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 CORS_METHODS = "GET, POST, OPTIONS"
-CORS_HEADERS = ("Authorization", "Content-Type", "X-Session-Id", "X-Turn-Type", "X-Session-Done")
+CORS_HEADERS = (
+    "Authorization",
+    "Content-Type",
+    "X-Session-Id",
+    "X-Turn-Type",
+    "X-Session-Done",
+    "X-Session-Source",
+)
 PREFLIGHT_MAX_AGE_S = "600"
 
 
