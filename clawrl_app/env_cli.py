@@ -152,7 +152,8 @@ def _policy_factory(ep: _Endpoint, env_name: str, args: argparse.Namespace, temp
     def make(seed: int) -> EndpointPolicy:
         return EndpointPolicy(
             base_url=f"{ep.base}/v1", env_name=env_name, model=ep.alias, api_key=ep.api_key,
-            temperature=temp, max_tokens=args.max_tokens, seed=seed,
+            temperature=temp, max_tokens=args.max_tokens,
+            seed=seed if temp == 0 else None,  # a group's episodes must differ
         )  # fmt: skip
 
     return make

@@ -1,0 +1,181 @@
+"""`toolcall`: questions with exact answers, solved with a calculator, a sandboxed Python
+interpreter and a lookup table (ENVS.md §5.7.C). The episode ends with a reply holding
+`Answer: \\boxed{...}` (or the `final_answer` tool); the reward is +1 for the right answer,
+-1 otherwise."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from clawrl_app.envs.base import (
+    Action,
+    Observation,
+    PolicyReply,
+    StepResult,
+    Task,
+    ToolSpec,
+    Verdict,
+)
+from clawrl_app.envs.parsing import final_answer_text
+from clawrl_app.envs.rewards import binary_reward
+from clawrl_app.envs.toolcall.calculator import CalcError, calculate, format_number
+from clawrl_app.envs.toolcall.grading import is_correct
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "toolcall"
+MAX_TURNS = 8
+TOOLS = {
+    "calculator": ToolSpec(
+        "calculator",
+        "Evaluate an arithmetic expression: numbers, + - * / // % **, parentheses and "
+        "sqrt, log, exp, floor, ceil, round, factorial, comb, perm, gcd, lcm, min, max, pi, e.",
+        {
+            "type": "object",
+            "properties": {"expression": {"type": "string"}},
+            "required": ["expression"],
+        },
+    ),  # fmt: skip
+    "code_interpreter": ToolSpec(
+        "code_interpreter",
+        "Run Python 3 code (standard library only, no network, 10 s) and return what it prints.",
+        {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
+    ),
+    "lookup": ToolSpec(
+        "lookup",
+        "Look up a value by its key in the task's data table.",
+        {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
+    ),
+    "final_answer": ToolSpec(
+        "final_answer",
+        "Give the final answer and end the task.",
+        {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
+    ),
+}
+SYSTEM = (
+    "You solve the user's question with the tools given. Call a tool by writing "
+    '<tool_call>{{"name": "calculator", "arguments": {{"expression": "17 * 23"}}}}</tool_call>; '
+    "its result comes back in the next message. When you know the answer, reply with "
+    "'Answer: \\boxed{{<answer>}}' and no tool call. Tools: {tools}. At most {turns} turns."
+)
+
+
+@cache
+def load_tasks(folder: Path = DATA) -> tuple[Task, ...]:
+    out = []
+    for n, line in enumerate((folder / "tasks.jsonl").read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            out.append(
+                Task(
+                    id=d["id"],
+                    env="toolcall",
+                    family=d["family"],
+                    instruction=d["prompt"],
+                    max_steps=int(d.get("max_steps", MAX_TURNS)),
+                    split=d.get("split", "train"),
+                    data=d,
+                )  # fmt: skip
+            )
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ValueError(f"{folder / 'tasks.jsonl'} line {n}: {exc}") from exc
+    return tuple(out)
+
+
+class ToolcallEnv:
+    name = "toolcall"
+    fence_tools = {"python": "code_interpreter.code"}
+
+    def __init__(self, data_dir: str | Path | None = None, allow_unsafe: bool = False) -> None:
+        self.data_dir = Path(data_dir) if data_dir else DATA
+        self.allow_unsafe = allow_unsafe
+        self.task: Task | None = None
+        self.answer: str | None = None
+        self._table: dict[str, Any] | None = None
+
+    def tasks(self) -> list[Task]:
+        return list(load_tasks(self.data_dir))
+
+    def tool_specs(self, task: Task) -> list[ToolSpec]:
+        return [TOOLS[t] for t in task.data.get("tools", ["calculator"]) if t in TOOLS] + [
+            TOOLS["final_answer"]
+        ]
+
+    def system_prompt(self, task: Task) -> str:
+        names = ", ".join(s.name for s in self.tool_specs(task))
+        return SYSTEM.format(tools=names, turns=task.max_steps)
+
+    def reset(self, task: Task, *, seed: int | None = None) -> Observation:
+        self.task, self.answer = task, None
+        return Observation(task.instruction)
+
+    def _table_value(self, key: str) -> str:
+        if self._table is None:
+            path = self.data_dir / "lookup_table.json"
+            self._table = json.loads(path.read_text()) if path.exists() else {}
+        if key not in self._table:
+            return f"error: no key {key!r} in the table"
+        return format_number(self._table[key])
+
+    def step(self, action: Action) -> StepResult:
+        args = action.arguments
+        if action.tool == "calculator":
+            try:
+                return StepResult(Observation(format_number(calculate(str(args["expression"])))))
+            except CalcError as exc:
+                return StepResult(Observation(f"error: {exc}", error=str(exc)))
+        if action.tool == "code_interpreter":
+            from clawrl_app.envs.toolcall.python_tool import run_python
+
+            return StepResult(run_python(str(args["code"]), allow_unsafe=self.allow_unsafe))
+        if action.tool == "lookup":
+            text = self._table_value(str(args["key"]))
+            return StepResult(Observation(text, error=text if text.startswith("error") else None))
+        if action.tool == "final_answer":
+            self.answer = str(args["answer"])
+            return StepResult(Observation(f"final answer recorded: {self.answer}"), done=True)
+        return StepResult(Observation(f"unknown tool {action.tool}", error="unknown tool"))
+
+    def final_answer(self, text: str) -> StepResult | None:
+        self.answer = final_answer_text(text)
+        note = "no answer found" if self.answer is None else f"final answer: {self.answer}"
+        return StepResult(Observation(note), done=True)
+
+    def evaluate(self) -> Verdict:
+        assert self.task is not None, "evaluate() before reset()"
+        d = self.task.data
+        ok = is_correct(
+            self.answer, str(d["answer"]), d.get("answer_type", "string"),
+            float(d.get("tolerance", 0.0)),
+        )  # fmt: skip
+        return Verdict(1.0 if ok else 0.0, ok, {"given": self.answer, "expected": d["answer"]})
+
+    def outcome_reward(self, verdict: Verdict) -> float:
+        return binary_reward(verdict.success)
+
+    def close(self) -> None:
+        self.task = None
+
+    def oracle_replies(self, task: Task) -> list[PolicyReply]:
+        replies = []
+        for i, call in enumerate(task.data.get("oracle", [])):
+            replies.append(
+                PolicyReply(
+                    "",
+                    [
+                        {
+                            "id": f"call_{i}",
+                            "type": "function",
+                            "function": {
+                                "name": call["tool"],
+                                "arguments": json.dumps(call["arguments"]),
+                            },
+                        }
+                    ],
+                )  # fmt: skip
+            )
+        replies.append(PolicyReply(f"Answer: \\boxed{{{task.data['answer']}}}"))
+        return replies
