@@ -98,6 +98,7 @@ class BubblewrapSandbox:
             a += ["--dir", WORKSPACE]
         for b in binds:
             a += ["--bind" if b.rw else "--ro-bind", str(b.src), b.dest]
+        a += ["--remount-ro", "/"]  # the root bwrap built (/etc, mount points) stays as is
         base_env = {
             "PATH": f"{os.path.dirname(sys.executable)}:{PATH}",
             "HOME": WORKSPACE,

@@ -17,4 +17,5 @@ class ResourceLimits:
     open_files: int = 256
     tmp_size_mb: int = 64
     output_bytes: int = 16_384  # kept per stream: first and last half of it
+    processes: int = 256  # new processes the command may have alive at once
     workspace_mb: int = 256  # checked after each step by the env

@@ -18,15 +18,37 @@ from clawrl_app.envs.sandbox.text import CappedReader
 MB = 1024 * 1024
 
 
-def _rlimits(limits: ResourceLimits) -> None:
-    """In the child, before exec. No RLIMIT_NPROC: it counts every process of the user
-    (their desktop too); the pid namespace and the wall limit contain fork bombs."""
+def user_process_count(uid: int | None = None) -> int:
+    """How many processes the real user `uid` (default: ours) has now (from /proc)."""
+    uid = os.getuid() if uid is None else uid
+    n = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Uid:"):
+                        n += int(line.split()[1]) == uid
+                        break
+        except OSError:
+            continue  # it ended meanwhile
+    return n
+
+
+def _rlimits(limits: ResourceLimits, nproc: int) -> None:
+    """In the child, before exec. RLIMIT_NPROC counts every process of the real user (the
+    user's desktop too), so it is set to what the user has now plus the command's budget:
+    a fork bomb stops there instead of filling the machine's pid table before the wall
+    limit kills it. (Inside the sandbox the processes have no capabilities, so the limit
+    holds even for root.)"""
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_mb * MB,) * 2)
     resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files,) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if limits.address_space_mb is not None:
         resource.setrlimit(resource.RLIMIT_AS, (limits.address_space_mb * MB,) * 2)
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -44,6 +66,7 @@ def run_limited(
 ) -> ExecResult:
     """Run `argv`; never raises for what the command does, SandboxError if it cannot start."""
     t0 = time.monotonic()
+    nproc = user_process_count() + limits.processes
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -53,7 +76,7 @@ def run_limited(
             env=dict(env),
             cwd=cwd,
             start_new_session=True,  # its own process group: killed as a whole
-            preexec_fn=lambda: _rlimits(limits),  # noqa: PLW1509 (no threads touched here)
+            preexec_fn=lambda: _rlimits(limits, nproc),  # noqa: PLW1509 (no threads touched here)
             close_fds=True,
         )
     except OSError as exc:
