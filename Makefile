@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 HAS_NVIDIA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 TORCH_PIN  := $(if $(HAS_NVIDIA),torch,torch==2.13.0)
 
-.PHONY: run test check bench venv clean
+.PHONY: run test check bench venv clean system-deps
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,13 +24,30 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 venv: $(VENV)/.installed
 
-run: $(VENV)/.installed
+# The agentic environments run commands in bubblewrap (and code repair needs git): installed
+# with apt-get when we are root on Debian/Ubuntu (CI), else one line says the command.
+system-deps:
+	@missing=""; \
+	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	command -v git >/dev/null 2>&1 || missing="$$missing git"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo ">> installing$$missing with apt-get (sandbox of the agentic environments)"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; } || \
+	    echo "!! could not install$$missing; the agentic-environment tests will skip"; \
+	  else \
+	    echo "!! missing:$$missing. Run: sudo apt-get install -y$$missing (the agentic environments need it; their tests skip meanwhile)"; \
+	  fi; \
+	fi
+
+run: $(VENV)/.installed system-deps
 	$(BIN)/clawrl-app launch
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-check: $(VENV)/.installed
+check: $(VENV)/.installed system-deps
 	$(BIN)/ruff format --check clawrl_app tests bench
 	$(BIN)/ruff check clawrl_app tests bench
 	$(BIN)/mypy clawrl_app

@@ -1,0 +1,3 @@
+set -e
+cd /workspace
+find data -type f -empty -delete

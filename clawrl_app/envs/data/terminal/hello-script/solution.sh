@@ -1,0 +1,3 @@
+set -e
+cd /workspace
+printf '#!/bin/bash\necho "Hello, World!"\n' > run.sh

@@ -1,0 +1,3 @@
+set -e
+cd /workspace
+cd docs && for f in *.txt; do mv "$f" "${f%.txt}.md"; done

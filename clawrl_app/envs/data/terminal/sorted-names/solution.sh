@@ -1,0 +1,3 @@
+set -e
+cd /workspace
+sort -u names.txt > sorted.txt

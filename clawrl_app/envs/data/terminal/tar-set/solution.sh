@@ -1,0 +1,3 @@
+set -e
+cd /workspace
+tar -czf archive.tar.gz reports/*.csv

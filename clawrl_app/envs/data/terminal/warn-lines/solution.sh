@@ -1,0 +1,3 @@
+set -e
+cd /workspace
+grep WARN app.log > warnings.txt
