@@ -46,6 +46,10 @@ def add_env_parser(sub: Any) -> None:
     )  # fmt: skip
     t.add_argument("--judge", choices=["heuristic", "none"], default="heuristic")
     _rollout_flags(t)
+    i = esub.add_parser("import", help="copy a task pack (folder or .tar.gz) into your packs")
+    i.add_argument("source", help="pack folder or .tar.gz (see docs/task-packs.md)")
+    tr = esub.add_parser("trust", help="trust a task pack after reading it (its code runs here)")
+    tr.add_argument("pack", help="pack name (from `env import`) or folder")
     e = esub.add_parser("eval", help="success rate on tasks (held-out by default), greedy")
     e.add_argument("name", help="env name")
     e.add_argument("--split", choices=["heldout", "train"], default="heldout")
@@ -54,6 +58,9 @@ def add_env_parser(sub: Any) -> None:
 
 
 def _rollout_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--pack", help="one of your task packs (`env import`) instead of the shipped one"
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of task choice and sampling")
     p.add_argument("--max-tokens", type=int, default=256, help="per model turn (default 256)")
     p.add_argument(
@@ -67,16 +74,50 @@ def cmd_env(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -
     from clawrl_app.envs.engine_client import EngineClientError
 
     try:
-        return {"list": _list, "run": _run, "train": _train, "eval": _eval}[args.env_command](
-            args, loaded, paths
-        )
+        handlers = {"list": _list, "run": _run, "train": _train, "eval": _eval,
+                    "import": _import, "trust": _trust}  # fmt: skip
+        return handlers[args.env_command](args, loaded, paths)
     except (ValueError, EngineClientError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 
 
-def _env_settings(args: argparse.Namespace) -> dict[str, Any]:
-    return {"allow_unsafe": True} if getattr(args, "allow_unsafe", False) else {}
+def _env_settings(args: argparse.Namespace, paths: AppPaths | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"allow_unsafe": True} if getattr(args, "allow_unsafe", False) else {}
+    if getattr(args, "pack", None) and paths is not None:
+        from clawrl_app.envs.packs import PackError, usable_pack, user_packs
+
+        found = [p for p in user_packs(paths.data_dir) if p.name == args.pack]
+        if not found:
+            raise PackError(f"no pack {args.pack!r}; see `clawrl-app env import --help`")
+        pack = usable_pack(found[0], paths.data_dir)
+        if pack.env != args.name:
+            raise PackError(f"pack {pack.name!r} is for the {pack.env} env, not {args.name}")
+        out["data_dir"] = pack.path
+    return out
+
+
+def _import(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    from pathlib import Path
+
+    from clawrl_app.envs.packs import import_pack
+
+    pack = import_pack(Path(args.source), paths.data_dir)
+    print(f"imported pack {pack.name!r} ({pack.env}) to {pack.path}.")
+    print(f"Read its tests and solutions, then trust it: clawrl-app env trust {pack.name}")
+    return 0
+
+
+def _trust(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    from pathlib import Path
+
+    from clawrl_app.envs.packs import read_pack, trust_pack, user_packs
+
+    named = [p for p in user_packs(paths.data_dir) if p.name == args.pack]
+    pack = named[0] if named else read_pack(Path(args.pack))
+    trust_pack(pack, paths.data_dir)
+    print(f"trusted pack {pack.name!r} at {pack.path} (a later change untrusts it)")
+    return 0
 
 
 def _list(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
@@ -177,7 +218,7 @@ def _run(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> i
     from clawrl_app.envs.policies import oracle_policy
     from clawrl_app.envs.runner import run_episode
 
-    env = make_env(args.name, **_env_settings(args))
+    env = make_env(args.name, **_env_settings(args, paths))
     tasks = env.tasks()
     task = next((t for t in tasks if t.id == args.task), None) if args.task else tasks[0]
     if task is None:
@@ -226,7 +267,7 @@ def _train(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) ->
     cfg = RolloutSettings(
         group_size=args.group_size, tasks_per_round=args.tasks_per_round,
         max_tokens=args.max_tokens, judge=args.judge, reward_mode=args.reward_mode,
-        seed=args.seed, env_settings=_env_settings(args),
+        seed=args.seed, env_settings=_env_settings(args, paths),
     )  # fmt: skip
     with _engine(loaded, paths) as ep:
         client = EngineClient(ep.base, ep.api_key)
@@ -265,7 +306,7 @@ def _eval(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> 
 
     cfg = RolloutSettings(
         max_tokens=args.max_tokens, seed=args.seed, temperature=0.0,
-        env_settings=_env_settings(args),
+        env_settings=_env_settings(args, paths),
     )  # fmt: skip
     with _engine(loaded, paths) as ep:
         client = EngineClient(ep.base, ep.api_key)
