@@ -89,7 +89,7 @@ def bench_env(name: str, args: argparse.Namespace, model_dir: Path) -> dict[str,
     client = EngineClient(thread.base, thread.engine.api_key, timeout_s=120)
     cfg = RolloutSettings(
         group_size=args.group_size, tasks_per_round=args.tasks_per_round,
-        max_tokens=args.max_tokens, seed=args.seed,
+        max_tokens=args.max_tokens, seed=args.seed, max_steps=args.max_steps,
     )  # fmt: skip
 
     def policy_for(temp: float) -> Any:
@@ -148,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--heldout-limit", type=int, default=0, help="0 = every held-out task")
+    ap.add_argument(
+        "--max-steps", type=int, default=None, help="turns per episode (default: task's)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     model = resolve_model(None, app_paths())

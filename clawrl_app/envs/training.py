@@ -35,6 +35,7 @@ class RolloutSettings:
     reward_mode: str = "step"  # "sequence" or "step" (ENVS.md §5.4)
     prm_coef: float = 0.5
     seed: int = 0
+    max_steps: int | None = None  # None: each task's own limit
     env_settings: dict[str, Any] = field(default_factory=dict)
 
 
@@ -84,7 +85,7 @@ def run_round(
 ) -> RoundReport:
     """One rollout group per task, recorded by the engine."""
     from clawrl_app.envs.rewards import turn_advantages
-    from clawrl_app.envs.runner import run_group
+    from clawrl_app.envs.runner import EpisodeLimits, run_group
 
     report = RoundReport()
     t0 = time.monotonic()
@@ -95,7 +96,7 @@ def run_round(
         group = run_group(
             lambda: make_env(env_name, **cfg.env_settings), task, policy_for(seed), n=n,
             concurrency=cfg.concurrency, judge=judge, seed=seed,
-            session_prefix=f"env-{env_name}",
+            session_prefix=f"env-{env_name}", limits=EpisodeLimits(max_steps=cfg.max_steps),
         )  # fmt: skip
         advantages = (
             turn_advantages(group, mode=cfg.reward_mode, coef=cfg.prm_coef)

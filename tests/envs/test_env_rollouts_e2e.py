@@ -1,0 +1,52 @@
+"""End to end: the embedded model plays toolcall episodes through the app's real endpoint
+(the official `openai` client), the group is recorded, and the store ends up with env
+sessions, their turns (prompt ids, sampled ids, behaviour log-probs), the env's
+observations as next states and judged samples carrying the group's advantages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from clawrl_app.envs import make_env
+from clawrl_app.envs.endpoint_policy import EndpointPolicy
+from clawrl_app.envs.engine_client import EngineClient
+from clawrl_app.envs.training import RolloutSettings, run_round
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_rollout_group_of_the_embedded_model_lands_in_the_store(engine: Any) -> None:
+    store = engine.engine.store
+    task = next(t for t in make_env("toolcall").tasks() if t.family == "word_arith")
+    cfg = RolloutSettings(group_size=2, max_tokens=24, max_steps=2, judge="heuristic",
+                          reward_mode="step")  # fmt: skip
+    client = EngineClient(engine.base)
+
+    def policy_for(seed: int) -> EndpointPolicy:
+        return EndpointPolicy(base_url=engine.url, env_name="toolcall", max_tokens=24)
+
+    before = {e.session_id for e in store.list_episodes(env="toolcall")}
+    try:
+        report = run_round("toolcall", [task], client, policy_for, cfg)
+    finally:
+        client.close()
+    episodes = [e for e in store.list_episodes(env="toolcall") if e.session_id not in before]
+    assert report.episodes == 2 == len(episodes) and report.aborted == 0
+    for ep in episodes:
+        session = store.get_session(ep.session_id)
+        assert session is not None and session.source == "env:toolcall" and session.closed_at
+        turns = store.turns_for_session(ep.session_id, type="main")
+        assert 1 <= len(turns) == ep.turns <= 2
+        assert all(t.response_ids and len(t.logprobs) == len(t.response_ids) for t in turns)
+        assert all(t.request["messages"][1]["content"] == task.instruction for t in turns)
+        samples = sorted(store.samples_for_session(ep.session_id), key=lambda s: s.turn_id)
+        assert [s.state for s in samples] == ["judged"] * len(turns)
+        assert all(s.next_state_text for s in samples)  # the env's observation
+        assert "verifier score" in samples[-1].next_state_text
+        assert ep.outcome_reward in (-1.0, 1.0) and ep.trained
+    scores = [store.get_judgment(s.id).score for e in episodes
+              for s in store.samples_for_session(e.session_id)]  # fmt: skip
+    assert all(-1.0 <= x <= 1.0 for x in scores)
+    assert report.trainable == len(scores)
