@@ -65,7 +65,7 @@ def test_malformed_output_fails_after_three_parse_errors() -> None:
     assert ep.outcome_reward == -1.0 and ep.trainable  # the format is the policy's fault
 
 
-def test_tool_results_go_back_to_the_policy_and_wrong_answers_score_minus_one() -> None:
+def test_tool_results_go_back_to_the_policy_and_a_wrong_boxed_answer_scores_minus_half() -> None:
     env = make_env("toolcall")
     task = next(t for t in env.tasks() if t.family == "number_theory" and "comb" in str(t.data))
     seen: list[list[dict]] = []  # type: ignore[type-arg]
@@ -83,7 +83,8 @@ def test_tool_results_go_back_to_the_policy_and_wrong_answers_score_minus_one() 
     assert seen[1][-1] == {"role": "tool", "tool_call_id": "call_0", "content": task.data["answer"]}
     assert "not in" in seen[2][-1]["content"] or "unknown" in seen[2][-1]["content"]
     assert seen[3][-1]["content"] == "error: division by zero"
-    assert ep.outcome_reward == -1.0 and ep.verdict and ep.verdict.details["given"] == "12345678"
+    assert ep.verdict and ep.verdict.details["given"] == "12345678" and not ep.verdict.success
+    assert ep.outcome_reward == -0.5  # wrong, but in the asked format (format_bonus)
     assert [m["role"] for m in seen[0]] == ["system", "user"]
 
 

@@ -1,7 +1,9 @@
 """`toolcall`: questions with exact answers, solved with a calculator, a sandboxed Python
 interpreter and a lookup table (ENVS.md §5.7.C). The episode ends with a reply holding
 `Answer: \\boxed{...}` (or the `final_answer` tool); the reward is +1 for the right answer,
--1 otherwise."""
+-1 otherwise, or -1 + `format_bonus` (default 0.5) for a wrong answer given in the asked
+`\\boxed{}` form: upstream's tool-use shaping in spirit, and what lets a small model that
+never solves a task learn the answer format first (a group of all -1 teaches nothing)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from clawrl_app.envs.base import (
     ToolSpec,
     Verdict,
 )
-from clawrl_app.envs.parsing import final_answer_text
+from clawrl_app.envs.parsing import final_answer_text, last_boxed
 from clawrl_app.envs.rewards import binary_reward
 from clawrl_app.envs.toolcall.calculator import CalcError, calculate, format_number
 from clawrl_app.envs.toolcall.grading import is_correct
@@ -89,9 +91,16 @@ class ToolcallEnv:
     name = "toolcall"
     fence_tools = {"python": "code_interpreter.code"}
 
-    def __init__(self, data_dir: str | Path | None = None, allow_unsafe: bool = False) -> None:
+    def __init__(
+        self,
+        data_dir: str | Path | None = None,
+        allow_unsafe: bool = False,
+        format_bonus: float = 0.5,
+    ) -> None:
         self.data_dir = Path(data_dir) if data_dir else DATA
         self.allow_unsafe = allow_unsafe
+        self.format_bonus = format_bonus
+        self.boxed = False
         self.task: Task | None = None
         self.answer: str | None = None
         self._table: dict[str, Any] | None = None
@@ -109,7 +118,7 @@ class ToolcallEnv:
         return SYSTEM.format(tools=names, turns=task.max_steps)
 
     def reset(self, task: Task, *, seed: int | None = None) -> Observation:
-        self.task, self.answer = task, None
+        self.task, self.answer, self.boxed = task, None, False
         return Observation(task.instruction)
 
     def _table_value(self, key: str) -> str:
@@ -135,12 +144,13 @@ class ToolcallEnv:
             text = self._table_value(str(args["key"]))
             return StepResult(Observation(text, error=text if text.startswith("error") else None))
         if action.tool == "final_answer":
-            self.answer = str(args["answer"])
+            self.answer, self.boxed = str(args["answer"]), True
             return StepResult(Observation(f"final answer recorded: {self.answer}"), done=True)
         return StepResult(Observation(f"unknown tool {action.tool}", error="unknown tool"))
 
     def final_answer(self, text: str) -> StepResult | None:
         self.answer = final_answer_text(text)
+        self.boxed = last_boxed(text) is not None
         note = "no answer found" if self.answer is None else f"final answer: {self.answer}"
         return StepResult(Observation(note), done=True)
 
@@ -151,10 +161,13 @@ class ToolcallEnv:
             self.answer, str(d["answer"]), d.get("answer_type", "string"),
             float(d.get("tolerance", 0.0)),
         )  # fmt: skip
-        return Verdict(1.0 if ok else 0.0, ok, {"given": self.answer, "expected": d["answer"]})
+        details = {"given": self.answer, "expected": d["answer"], "boxed": self.boxed}
+        return Verdict(1.0 if ok else 0.0, ok, details)
 
     def outcome_reward(self, verdict: Verdict) -> float:
-        return binary_reward(verdict.success)
+        if verdict.success or not verdict.details.get("boxed"):
+            return binary_reward(verdict.success)
+        return -1.0 + self.format_bonus
 
     def close(self) -> None:
         self.task = None
