@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 def test_a_rollout_group_of_the_embedded_model_lands_in_the_store(engine: Any) -> None:
     store = engine.engine.store
     task = next(t for t in make_env("toolcall").tasks() if t.family == "word_arith")
-    cfg = RolloutSettings(group_size=2, max_tokens=24, max_steps=2, judge="heuristic",
+    cfg = RolloutSettings(group_size=2, max_tokens=24, max_steps=1, judge="heuristic",
                           reward_mode="step")  # fmt: skip
     client = EngineClient(engine.base)
 
@@ -38,7 +38,7 @@ def test_a_rollout_group_of_the_embedded_model_lands_in_the_store(engine: Any) -
         session = store.get_session(ep.session_id)
         assert session is not None and session.source == "env:toolcall" and session.closed_at
         turns = store.turns_for_session(ep.session_id, type="main")
-        assert 1 <= len(turns) == ep.turns <= 2
+        assert len(turns) == ep.turns == 1  # one turn each (max_steps=1) keeps it quick
         assert all(t.response_ids and len(t.logprobs) == len(t.response_ids) for t in turns)
         assert all(t.request["messages"][1]["content"] == task.instruction for t in turns)
         samples = sorted(store.samples_for_session(ep.session_id), key=lambda s: s.turn_id)
