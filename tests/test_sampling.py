@@ -40,6 +40,20 @@ def test_greedy_picks_argmax_and_records_t1_logprob() -> None:
     assert tops == [[]]
 
 
+def test_a_vanishing_temperature_is_greedy_not_nan() -> None:
+    """5e-127 (found by the route fuzzer) made logits / T overflow: the softmax was NaN
+    and the request failed. Below MIN_TEMPERATURE sampling is greedy, and the log-probs,
+    here and in the trainer's items, are taken under T = 1."""
+    from clawrl_app.engine.temperature import MIN_TEMPERATURE
+
+    logits_BV = torch.tensor([[1.0, 3.0, 2.0]])
+    for t in (5.4e-127, 1e-30, MIN_TEMPERATURE / 2):
+        ids, lps, _ = sample_next(logits_BV, [t], [1e-12], [gen(0)])
+        assert ids == [1] and lps[0] == pytest.approx(-0.40760596, abs=1e-6)
+        assert logprob_temperature(t) == 1.0
+    assert logprob_temperature(None) == 1.0 and logprob_temperature(MIN_TEMPERATURE) > 0
+
+
 def test_greedy_ignores_generator_and_top_p() -> None:
     logits_BV = torch.tensor([[0.0, 5.0, 4.9, -1.0]])
     for seed in range(5):

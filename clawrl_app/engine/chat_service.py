@@ -35,6 +35,7 @@ from clawrl_app.engine.sessions import (
     pop_session_fields,
 )
 from clawrl_app.engine.store import NewTurn, Store, StoreError
+from clawrl_app.engine.temperature import is_greedy
 
 log = logging.getLogger("clawrl.chat")
 
@@ -181,6 +182,8 @@ class ChatService:
         )
         decision = self.tracker.decide(messages, meta)
         temperature = 1.0 if req.temperature is None else req.temperature
+        if is_greedy(temperature):  # 5e-127 would overflow logits / T: greedy, everywhere
+            temperature = 0.0
         params = SamplingParams(
             max_new_tokens=limit,
             temperature=temperature,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from clawrl_app.engine.checkpoints import version_number
 from clawrl_app.engine.store import JudgmentRow, SampleRow, TurnRow
+from clawrl_app.engine.temperature import logprob_temperature
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def build_item(
         prompt_ids=list(turn.prompt_ids),
         response_ids=list(turn.response_ids),
         old_logprobs=list(turn.logprobs),
-        temperature=float(turn.request.get("temperature") or 1.0),
+        temperature=logprob_temperature(turn.request.get("temperature")),
         reward=reward,
         has_reward=use_rl,
         teacher_logprobs=list(teacher) if use_opd and teacher else None,

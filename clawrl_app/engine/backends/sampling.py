@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from clawrl_app.engine.temperature import is_greedy, logprob_temperature
 
-def logprob_temperature(temperature: float) -> float:
-    """The temperature under which behaviour log-probs are recorded (greedy -> 1.0)."""
-    return temperature if temperature > 0 else 1.0
+__all__ = ["continuation_logprobs", "logprob_temperature", "sample_next"]
 
 
 def sample_next(
@@ -41,7 +40,7 @@ def sample_next(
     for b in range(logits_BV.shape[0]):
         t = temperatures[b]
         logp_V = torch.log_softmax(logits_BV[b] / logprob_temperature(t), dim=-1)  # (V,)
-        if t <= 0:
+        if is_greedy(t):
             tok = int(torch.argmax(logits_BV[b]).item())
         else:
             probs_V = logp_V.exp()
