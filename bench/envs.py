@@ -110,12 +110,14 @@ def bench_env(name: str, args: argparse.Namespace, model_dir: Path) -> dict[str,
         def on_round(r: int, rep: Any, made: int) -> None:
             progress(
                 f"{name}: round {r + 1}: {rep.episodes} episodes, {rep.successes} solved, "
-                f"{rep.trainable} trainable samples, {made} checkpoints"
+                f"{rep.trainable} samples ({rep.signal} with a non-zero advantage), "
+                f"{rep.boxed} boxed answers, {made} checkpoints"
             )
 
         total = train_env(
-            name, client, policy_for(cfg.temperature), args.steps, cfg, on_round=on_round
-        )
+            name, client, policy_for(cfg.temperature), args.steps, cfg, on_round=on_round,
+            max_rounds=args.max_rounds, wait_s=1e9,
+        )  # fmt: skip
         train_s = time.monotonic() - t0
         served = wait_served(client)
         after, rep1 = evaluate_env(
@@ -126,10 +128,10 @@ def bench_env(name: str, args: argparse.Namespace, model_dir: Path) -> dict[str,
             before=f"{rep0.successes}/{rep0.episodes} ({before:.0%})",
             after=f"{rep1.successes}/{rep1.episodes} ({after:.0%}, {served})",
             train=f"{total.checkpoints} checkpoints, {total.episodes} episodes, "
-            f"{total.successes} solved",
+            f"{total.successes} solved, {total.boxed} boxed",
             per_min=f"{total.episodes / (train_s / 60):.1f}",
             dropped=f"{total.aborted}/{total.episodes}",
-            samples=str(total.trainable),
+            samples=f"{total.trainable} ({total.signal} non-zero)",
         )
     finally:
         client.close()
@@ -142,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--envs", default="toolcall,terminal")
     ap.add_argument("--steps", type=int, default=4, help="env-training checkpoints per env")
+    ap.add_argument("--max-rounds", type=int, default=20, help="give up after this many rounds")
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--tasks-per-round", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=8)
@@ -166,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
     print(f"sandbox launch overhead per command (bubblewrap - plain): {overhead:.1f} ms\n")
     print("| env | oracle solves | held-out before | env training | held-out after | "
-          "episodes/min | dropped (infra) | trainable samples |")  # fmt: skip
+          "episodes/min | dropped (infra) | samples (non-zero advantage) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(

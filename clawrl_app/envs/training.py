@@ -46,11 +46,13 @@ class RoundReport:
     aborted: int = 0
     samples: int = 0
     trainable: int = 0
+    signal: int = 0  # samples whose advantage is not 0 (what the trainer can learn from)
+    boxed: int = 0  # episodes whose final answer was in the asked form (toolcall)
     checkpoints: int = 0
     seconds: float = 0.0
 
     def add(self, other: RoundReport) -> None:
-        for name in ("episodes", "successes", "aborted", "samples", "trainable"):
+        for name in ("episodes", "successes", "aborted", "samples", "trainable", "signal", "boxed"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
@@ -110,6 +112,8 @@ def run_round(
         report.successes += sum(_success(ep) for ep in group)
         report.aborted += sum(not ep.trainable for ep in group)
         report.samples += sum(r["samples"] for r in recorded)
+        report.signal += sum(1 for adv in advantages if adv for a in adv if a != 0)
+        report.boxed += sum(bool(ep.verdict and ep.verdict.details.get("boxed")) for ep in group)
         report.trainable += sum(r["trainable"] for r in recorded)
     report.seconds = time.monotonic() - t0
     return report
