@@ -88,10 +88,10 @@ class BubblewrapSandbox:
         for name in ETC_LINKS:
             if os.path.exists(f"/etc/{name}"):
                 a += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-        for prefix in interpreter_prefixes():
-            a += ["--ro-bind", prefix, prefix]
         a += ["--proc", "/proc", "--dev", "/dev"]
         a += ["--size", str(limits.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+        for prefix in interpreter_prefixes():  # after /tmp: a venv may live under /tmp
+            a += ["--ro-bind", prefix, prefix]
         if workspace is not None:
             a += ["--bind" if workspace_rw else "--ro-bind", str(workspace), WORKSPACE]
         else:
