@@ -119,3 +119,17 @@ def test_grading_normalises_and_compares_by_type() -> None:
     assert is_correct("tuesday", "Tuesday", "string")
     assert not is_correct(None, "1", "integer")
     assert calculate("comb(10, 3)") == 120 and calculate("2^10") == 1024
+
+
+@pytest.mark.usefixtures("sandbox")
+def test_the_interpreter_really_computes_the_oracle_answers() -> None:
+    """The oracle answers from the task data whatever its tools return: check the tools."""
+    env = make_env("toolcall")
+    code_tasks = [t for t in env.tasks() if t.data["oracle"][0]["tool"] == "code_interpreter"]
+    for task in code_tasks[:4]:
+        ep = run_episode(make_env("toolcall"), task, oracle_policy(env, task))
+        assert ep.turns[0].observations[0].text == task.data["answer"]
+    from clawrl_app.envs.toolcall.python_tool import run_python
+
+    assert run_python("import socket; socket.create_connection(('1.1.1.1', 53), 2)").exit_code
+    assert run_python("while True: pass").timed_out
