@@ -125,3 +125,13 @@ def test_the_unsafe_fallback_still_limits_time_output_and_environment(
     r = sb.run(["/bin/sh", "-c", "env; yes | head -c 100000; sleep 30"], workspace=tmp_path,
                limits=ResourceLimits(wall_s=1, output_bytes=2048))  # fmt: skip
     assert r.timed_out and r.truncated and "sk-secret" not in r.stdout
+
+
+def test_a_sandbox_that_cannot_start_the_command_is_an_infrastructure_error(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    from clawrl_app.envs.sandbox import SandboxError
+
+    with pytest.raises(SandboxError, match="could not run"):
+        sandbox.run(["/no/such/program"], workspace=tmp_path)
+    assert sandbox.run(["/bin/sh", "-c", "exit 1"], workspace=tmp_path).exit_code == 1

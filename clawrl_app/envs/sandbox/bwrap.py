@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from clawrl_app.envs.sandbox.base import WORKSPACE, Bind, ExecResult
+from clawrl_app.envs.sandbox.base import WORKSPACE, Bind, ExecResult, SandboxError
 from clawrl_app.envs.sandbox.limits import ResourceLimits
 from clawrl_app.envs.sandbox.process import run_limited
 
@@ -126,4 +126,7 @@ class BubblewrapSandbox:
         lim = limits or ResourceLimits()
         outer = self._argv(workspace, workspace_rw, binds, env or {}, lim, cwd)
         # the host environment is not passed on (--clearenv inside; nothing secret outside)
-        return run_limited([*outer, "--", *argv], env={"PATH": PATH}, limits=lim, stdin=stdin)
+        r = run_limited([*outer, "--", *argv], env={"PATH": PATH}, limits=lim, stdin=stdin)
+        if r.exit_code == 1 and r.stderr.startswith("bwrap: "):  # the sandbox, not the command
+            raise SandboxError(f"the sandbox could not run the command: {r.stderr.strip()}")
+        return r
