@@ -91,11 +91,60 @@ class FixedClient:
     def chat_stream(self, messages: list[dict[str, Any]], session_id: str) -> Iterator[str]:
         yield from ["Hello", " there", "!"]
 
+    def env_overview(self) -> dict[str, Any]:
+        return {
+            "envs": [
+                {"name": "browser", "tasks": 26, "train": 21, "heldout": 5,
+                 "families": {"form": 6, "settings": 5, "table": 5, "todo": 5, "wizard": 5},
+                 "available": False, "why": "missing Chromium (sudo apt-get install -y chromium)"},
+                {"name": "terminal", "tasks": 24, "train": 20, "heldout": 4,
+                 "families": {"data": 6, "files": 6, "scripting": 6, "text": 6},
+                 "available": True, "why": None},
+                {"name": "toolcall", "tasks": 125, "train": 100, "heldout": 25,
+                 "families": {"dates": 25, "lookup": 25, "number": 25, "units": 25,
+                              "word_arith": 25}, "available": True, "why": None},
+            ],
+            "sandbox": {"ok": True, "name": "bubblewrap", "detail": "bwrap 0.8.0"},
+            "browser": {"ok": False, "detail": "missing Chromium (sudo apt-get install -y chromium)"},
+        }  # fmt: skip
+
+    def env_job(self) -> dict[str, Any] | None:
+        return ENV_JOB
+
+    def start_env_job(self, request: dict[str, Any]) -> dict[str, Any]:
+        return ENV_JOB
+
+    def stop_env_job(self) -> dict[str, Any] | None:
+        return ENV_JOB
+
     def subscribe(self, callback: Any) -> None:
         pass
 
     def close(self) -> None:
         pass
+
+
+ENV_JOB = {
+    "id": "job-1", "kind": "train", "env": "toolcall", "state": "finished", "started": T0,
+    "finished": T0 + 754, "error": None, "steps": 2, "split": "train", "checkpoints": 2,
+    "episodes": 24, "successes": 5, "aborted": 0, "success_rate": 5 / 24,
+    "rounds": [
+        {"round": i + 1, "episodes": 8, "successes": s, "success_rate": s / 8,
+         "reward_mean": -1 + s / 4, "checkpoints": i} for i, s in enumerate((1, 1, 3))
+    ],
+    "live": {"task_id": "calc-0042", "instruction": "A train travels 180 km in 2.5 hours. "
+             "What is its speed in km/h? End with 'Answer: \\boxed{...}'.",
+             "session_id": "env-toolcall-1", "result": {"status": "completed",
+             "reason": "final answer", "score": 1.0, "success": True, "reward": 1.0},
+             "turns": [
+                 {"index": 0, "response": '<tool_call>{"name": "calculator", "arguments": '
+                  '{"expression": "180 / 2.5"}}</tool_call>',
+                  "actions": ["calculator {'expression': '180 / 2.5'}"],
+                  "observations": ["72.0"], "parse_error": None},
+                 {"index": 1, "response": "The speed is 72 km/h. Answer: \\boxed{72}",
+                  "actions": [], "observations": ["correct"], "parse_error": None},
+             ]},
+}  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -162,6 +211,15 @@ def test_chat(snap_compare: Any) -> None:
         await pilot.press("escape")  # focus leaves the input: no blinking cursor in the SVG
 
     assert snap_compare(app(), terminal_size=SIZE, run_before=chat)
+
+
+def test_environments(snap_compare: Any) -> None:
+    async def loaded(pilot: Any) -> None:
+        await pilot.press("6")
+        await settle(pilot, "#envs", lambda t: t.row_count == 3)
+        await settle(pilot, "#job-summary", lambda w: "state finished" in str(w.render()))
+
+    assert snap_compare(app(), terminal_size=SIZE, run_before=loaded)
 
 
 LOG_LINES = [

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Query, Request
 
 from clawrl_app.engine.openai_schema import ApiError
 from clawrl_app.engine.request_body import read_json
-from clawrl_app.engine.store import REVIEW_STATES, Store
+from clawrl_app.engine.store import ENV_SOURCE_PREFIX, REVIEW_STATES, Store
 
 if TYPE_CHECKING:
     from clawrl_app.engine.orchestrator import Engine
@@ -55,9 +55,22 @@ def session_summaries(store: Store, review_state: str | None = None) -> list[dic
                 "turns": len(turns),
                 "mean_reward": sum(scores) / len(scores) if scores else None,
                 "review_state": s.review_state,
+                "episode": env_episode(store, s.id, s.source),
             }
         )
     return out
+
+
+def env_episode(store: Store, session_id: str, source: str | None) -> dict[str, Any] | None:
+    """For an env rollout's session, its episode (env, task, split, status, outcome reward,
+    trained); None for conversations and for rollouts not recorded yet."""
+    if not (source or "").startswith(ENV_SOURCE_PREFIX):
+        return None
+    e = store.get_episode(session_id)
+    if e is None:
+        return None
+    return {"env": e.env, "task_id": e.task_id, "split": e.split, "status": e.status,
+            "outcome_reward": e.outcome_reward, "trained": e.trained}  # fmt: skip
 
 
 def session_detail(store: Store, session_id: str) -> dict[str, Any] | None:
@@ -94,6 +107,7 @@ def session_detail(store: Store, session_id: str) -> dict[str, Any] | None:
         "source": s.source,
         "review_state": s.review_state,
         "closed": s.closed_at is not None,
+        "episode": env_episode(store, s.id, s.source),
         "turns": turns,
     }
 

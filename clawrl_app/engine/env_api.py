@@ -15,11 +15,12 @@ import asyncio
 import logging
 import re
 import time
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from clawrl_app.engine.env_jobs import EnvJobs, JobRefused, JobRequest
 from clawrl_app.engine.openai_schema import ApiError
 from clawrl_app.engine.request_body import read_json
 from clawrl_app.engine.store import (
@@ -57,6 +58,9 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+_M = TypeVar("_M", bound=BaseModel)
+
+
 class TurnIn(_Strict):
     observation: str = Field(max_length=200_000)
     observation_json: Any = None
@@ -83,14 +87,33 @@ class GroupIn(_Strict):
     episodes: list[EpisodeIn] = Field(min_length=1, max_length=64)
 
 
-def _parse(body: Any) -> GroupIn:
+class JobIn(_Strict):
+    """A job started from the Environments screen (see `EnvJobs`)."""
+
+    kind: Literal["train", "eval"]
+    env: str = Field(pattern=ENV_NAME.pattern)
+    steps: int = Field(default=2, ge=1, le=1000)
+    split: Literal["train", "heldout"] = "heldout"
+    limit: int = Field(default=0, ge=0, le=100_000)
+    group_size: int = Field(default=4, ge=1, le=64)
+    tasks_per_round: int = Field(default=2, ge=1, le=64)
+    max_tokens: int | None = Field(default=None, ge=1, le=32_768)
+    max_rounds: int = Field(default=50, ge=1, le=100_000)
+    seed: int = Field(default=0, ge=0, le=2**31)
+
+
+def _validated(model: type[_M], body: Any, what: str) -> _M:
     try:
-        return GroupIn.model_validate(body)
+        return model.model_validate(body)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
         msg = first.get("msg")
-        raise ApiError(400, f"Invalid episode group: {where}: {msg}.", param=where) from None
+        raise ApiError(400, f"Invalid {what}: {where}: {msg}.", param=where) from None
+
+
+def _parse(body: Any) -> GroupIn:
+    return _validated(GroupIn, body, "episode group")
 
 
 def _skip_reason(group: GroupIn, ep: EpisodeIn) -> str:
@@ -166,5 +189,35 @@ def env_router(engine: Engine, max_body_bytes: int = 8 * 1024 * 1024) -> APIRout
                 for r in rows
             ]
         }  # fmt: skip
+
+    def jobs() -> EnvJobs:
+        if engine.env_jobs is None:
+            raise ApiError(503, "The engine is not started.", type="server_error")
+        return engine.env_jobs
+
+    @router.get("/overview")
+    async def get_overview() -> dict[str, Any]:
+        """Envs with task families and counts, and whether the sandbox/browser work here."""
+        return await asyncio.to_thread(jobs().overview)
+
+    @router.get("/job")
+    async def get_job() -> dict[str, Any]:
+        """The running or last env job (`job` null when none ran)."""
+        return {"job": jobs().status()}
+
+    @router.post("/job")
+    async def post_job(request: Request) -> dict[str, Any]:
+        """Start an env-training or evaluation job: {kind, env, steps | split, limit, ...}."""
+        body = _validated(JobIn, await read_json(request, max_body_bytes), "env job")
+        try:
+            job = await asyncio.to_thread(jobs().start, JobRequest(**body.model_dump()))
+        except JobRefused as exc:
+            raise ApiError(409, f"{exc}.", type="invalid_request_error") from exc
+        return {"job": job}
+
+    @router.post("/job/stop")
+    async def post_job_stop() -> dict[str, Any]:
+        """Stop the running job (episodes in flight are aborted, never trained on)."""
+        return {"job": jobs().stop()}
 
     return router

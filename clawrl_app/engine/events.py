@@ -152,7 +152,22 @@ class StatusReported(Event):
     status: dict[str, Any]
 
 
-EPHEMERAL_EVENTS = frozenset({"StatusReported"})
+@dataclass(frozen=True)
+class EnvJobUpdated(Event):
+    """An env-training or evaluation job started by the engine changed: its state, a turn
+    of its live episode, an episode's end or a round's figures (progress only: not
+    stored; the job's whole state is in `EnvJobs.status()`)."""
+
+    job_id: str
+    job_kind: str  # train | eval
+    env: str
+    state: str  # starting | running | stopping | finished | stopped | failed
+    episodes: int
+    successes: int
+    checkpoints: int
+
+
+EPHEMERAL_EVENTS = frozenset({"StatusReported", "EnvJobUpdated"})
 EventSink = Callable[[Event], None]
 
 

@@ -23,6 +23,7 @@ from clawrl_app.engine.chat_service import ChatService
 from clawrl_app.engine.checkpoints import newest_resumable
 from clawrl_app.engine.collector import Collector
 from clawrl_app.engine.cpu_share import BusyFlag, ServingActivity
+from clawrl_app.engine.env_jobs import EnvJobs
 from clawrl_app.engine.event_log import EventLog
 from clawrl_app.engine.events import (
     Event,
@@ -100,6 +101,8 @@ class Engine:
         self.serving_flag: BusyFlag | None = None
         self._scheduler: Any = None
         self.storage: StorageWatch | None = None
+        self.env_jobs: EnvJobs | None = None
+        """Env-training/evaluation jobs started from the UI (after the endpoint is up)."""
 
     # -- wiring ----------------------------------------------------------------------
     def add_sink(self, sink: EventSink) -> None:
@@ -237,6 +240,12 @@ class Engine:
                 resume = self._resume_target()
             await self.trainer.start(resume_from=resume)
         self._tasks.append(asyncio.create_task(self._report_status()))
+        loop = asyncio.get_running_loop()
+
+        def emit_from_job(event: Event) -> None:  # the job runs in its own thread
+            loop.call_soon_threadsafe(self._emit, event)
+
+        self.env_jobs = EnvJobs(self, emit_from_job)
         self._start_retention()
         self._ready = True
         self.loops["serving"].state = "running"
@@ -404,6 +413,8 @@ class Engine:
     async def stop(self) -> None:
         """Stop the endpoint, the loops and the backend; close the store."""
         self._ready = False
+        if self.env_jobs is not None:  # its rollouts need the endpoint: end them first
+            await asyncio.to_thread(self.env_jobs.stop, 30.0)
         for task in self._tasks:
             task.cancel()
         if self._tasks:

@@ -27,7 +27,8 @@ class EndpointPolicy:
     model: str = "clawrl"
     api_key: str | None = None
     temperature: float = 1.0
-    max_tokens: int = 256
+    max_tokens: int | None = 256
+    """None: the endpoint's default (`server.default_max_tokens`)."""
     seed: int | None = None
     timeout_s: float = 300.0
     extra_body: dict[str, Any] = field(default_factory=dict)
@@ -51,12 +52,13 @@ class EndpointPolicy:
             "model": self.model,
             "messages": messages,
             "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
             "extra_headers": {
                 "X-Session-Id": session_id,
                 "X-Session-Source": f"env:{self.env_name}",
             },
         }
+        if self.max_tokens is not None:
+            kwargs["max_tokens"] = self.max_tokens
         if tools:
             kwargs["tools"] = tools
         if self.seed is not None:

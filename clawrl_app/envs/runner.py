@@ -262,15 +262,24 @@ def run_group(
     judge: StepJudge | None = None,
     seed: int = 0,
     session_prefix: str | None = None,
+    on_turn: Callable[[str, TurnRecord], None] | None = None,
+    on_episode: Callable[[Episode], None] | None = None,
 ) -> list[Episode]:
-    """`n` episodes of `task` (a GRPO group), each with its own env, session and seed."""
+    """`n` episodes of `task` (a GRPO group), each with its own env, session and seed.
+    `on_turn(session_id, turn)` and `on_episode(episode)` report progress as it happens
+    (called from the rollout threads)."""
 
     def one(i: int) -> Episode:
         env = make_env()
         sid = f"{session_prefix or 'env-' + env.name}-{uuid.uuid4().hex[:16]}"
-        return run_episode(
-            env, task, policy, session_id=sid, limits=limits, judge=judge, seed=seed + i
-        )
+        report = None if on_turn is None else (lambda rec: on_turn(sid, rec))
+        ep = run_episode(
+            env, task, policy, session_id=sid, limits=limits, judge=judge, seed=seed + i,
+            on_turn=report,
+        )  # fmt: skip
+        if on_episode is not None:
+            on_episode(ep)
+        return ep
 
     with ThreadPoolExecutor(max(1, min(concurrency, n)), thread_name_prefix="rollout") as ex:
         return list(ex.map(one, range(n)))

@@ -10,6 +10,7 @@ checkpoints. Evaluation: each task of a split once, greedy, recorded but never t
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 import uuid
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clawrl_app.envs import make_env
-from clawrl_app.envs.base import Episode, Task
+from clawrl_app.envs.base import Episode, Task, TurnRecord
 from clawrl_app.envs.endpoint_policy import EndpointPolicy
 from clawrl_app.envs.engine_client import EngineClient
 from clawrl_app.envs.recording import group_payload
@@ -29,7 +30,7 @@ class RolloutSettings:
     group_size: int = 4
     tasks_per_round: int = 2
     temperature: float = 1.0
-    max_tokens: int = 256
+    max_tokens: int | None = 256  # None: the endpoint's default
     concurrency: int = 2
     judge: str = "heuristic"  # "heuristic" or "none"
     reward_mode: str = "step"  # "sequence" or "step" (ENVS.md §5.4)
@@ -37,6 +38,31 @@ class RolloutSettings:
     seed: int = 0
     max_steps: int | None = None  # None: each task's own limit
     env_settings: dict[str, Any] = field(default_factory=dict)
+
+
+def _never() -> bool:
+    return False
+
+
+@dataclass
+class RolloutHooks:
+    """What a rollout job reports as it goes, and how it is stopped (the Environments
+    screen's job). Called from the rollout threads; all optional."""
+
+    on_turn: Callable[[Task, str, TurnRecord], None] | None = None
+    """(task, session id, turn) after each model turn."""
+    on_episode: Callable[[Task, Episode], None] | None = None
+    """(task, episode) when an episode has ended and been verified."""
+    should_stop: Callable[[], bool] = _never
+    """Checked before each rollout group and round: True ends the job there."""
+
+
+NO_HOOKS = RolloutHooks()
+
+
+def _bind(hook: Callable[..., None] | None, task: Task) -> Callable[..., None] | None:
+    """`hook` with the task as its first argument (None stays None)."""
+    return None if hook is None else functools.partial(hook, task)
 
 
 @dataclass
@@ -84,8 +110,10 @@ def run_round(
     *,
     train: bool = True,
     round_index: int = 0,
+    hooks: RolloutHooks = NO_HOOKS,
 ) -> RoundReport:
-    """One rollout group per task, recorded by the engine."""
+    """One rollout group per task, recorded by the engine (stops early when
+    `hooks.should_stop()`)."""
     from clawrl_app.envs.rewards import turn_advantages
     from clawrl_app.envs.runner import EpisodeLimits, run_group
 
@@ -94,11 +122,14 @@ def run_round(
     judge = _judge(cfg.judge) if train else None
     n = cfg.group_size if train else 1
     for k, task in enumerate(tasks):
+        if hooks.should_stop():
+            break
         seed = cfg.seed * 1_000_003 + round_index * 1009 + k
         group = run_group(
             lambda: make_env(env_name, **cfg.env_settings), task, policy_for(seed), n=n,
             concurrency=cfg.concurrency, judge=judge, seed=seed,
             session_prefix=f"env-{env_name}", limits=EpisodeLimits(max_steps=cfg.max_steps),
+            on_turn=_bind(hooks.on_turn, task), on_episode=_bind(hooks.on_episode, task),
         )  # fmt: skip
         advantages = (
             turn_advantages(group, mode=cfg.reward_mode, coef=cfg.prm_coef)
@@ -133,6 +164,7 @@ def train_env(
     on_round: Callable[[int, RoundReport, int], None] | None = None,
     max_rounds: int = 1000,
     wait_s: float = 600.0,
+    hooks: RolloutHooks = NO_HOOKS,
 ) -> RoundReport:
     """Roll out until the engine's trainer has made `steps` new checkpoints; returns the
     totals (`checkpoints` = new ones). Stops with RuntimeError when the trainer makes no
@@ -146,14 +178,14 @@ def train_env(
     made = 0
     for r in range(max_rounds):
         batch = rng.sample(tasks, min(cfg.tasks_per_round, len(tasks)))
-        rep = run_round(env_name, batch, client, policy_for, cfg, round_index=r)
+        rep = run_round(env_name, batch, client, policy_for, cfg, round_index=r, hooks=hooks)
         total.add(rep)
         now_made = checkpoint_count(client) - start
         if now_made > made:
             made, last_progress = now_made, time.monotonic()
         if on_round is not None:
             on_round(r, rep, made)
-        if made >= steps:
+        if made >= steps or hooks.should_stop():
             break
         if time.monotonic() - last_progress > wait_s and total.trainable:
             raise RuntimeError(
@@ -172,11 +204,12 @@ def evaluate_env(
     cfg: RolloutSettings,
     split: str = "heldout",
     limit: int = 0,
+    hooks: RolloutHooks = NO_HOOKS,
 ) -> tuple[float, RoundReport]:
     """Success rate of one greedy episode per task of `split` (recorded, never trained)."""
     env = make_env(env_name, **cfg.env_settings)
     tasks = split_tasks(env.tasks(), split)
     if limit:
         tasks = tasks[:limit]
-    rep = run_round(env_name, tasks, client, policy_for, cfg, train=False)
+    rep = run_round(env_name, tasks, client, policy_for, cfg, train=False, hooks=hooks)
     return (rep.successes / rep.episodes if rep.episodes else 0.0), rep

@@ -23,6 +23,7 @@ from clawrl_app.tui.messages import EngineEventReceived, EngineStarted, LogRecor
 from clawrl_app.tui.screens.chat import ChatScreen
 from clawrl_app.tui.screens.checkpoints import CheckpointsScreen
 from clawrl_app.tui.screens.dashboard import DashboardScreen
+from clawrl_app.tui.screens.environments import EnvironmentsScreen
 from clawrl_app.tui.screens.loading import LoadingScreen
 from clawrl_app.tui.screens.logs import LogsScreen
 from clawrl_app.tui.screens.sessions import SessionsScreen
@@ -48,7 +49,7 @@ class UiLogHandler(logging.Handler):
 
 
 class ClawrlApp(App[None]):
-    """Dashboard, sessions, checkpoints, chat and logs of one clawrl engine."""
+    """Dashboard, sessions, checkpoints, chat, logs and environments of one clawrl engine."""
 
     TITLE = "clawrl-app"
     DEFAULT_MODE = "dashboard"
@@ -58,6 +59,7 @@ class ClawrlApp(App[None]):
         "checkpoints": CheckpointsScreen,
         "chat": ChatScreen,
         "logs": LogsScreen,
+        "envs": EnvironmentsScreen,
     }
     BINDINGS = [
         Binding("1", "switch_mode('dashboard')", "Dashboard", id="screen.dashboard"),
@@ -65,6 +67,7 @@ class ClawrlApp(App[None]):
         Binding("3", "switch_mode('checkpoints')", "Checkpoints", id="screen.checkpoints"),
         Binding("4", "switch_mode('chat')", "Chat", id="screen.chat"),
         Binding("5", "switch_mode('logs')", "Logs", id="screen.logs"),
+        Binding("6", "switch_mode('envs')", "Envs", id="screen.envs"),
         Binding("ctrl+q", "quit", "Quit", id="app.quit", priority=True),
     ]
 
@@ -175,6 +178,7 @@ class ClawrlApp(App[None]):
             ("checkpoints", "Roll the served policy back or forward"),
             ("chat", "Talk to the served model"),
             ("logs", "Engine and trainer log"),
+            ("envs", "Agentic environments: train and evaluate on tasks"),
         ):
             yield SystemCommand(
                 f"Show {mode}",

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 
 from clawrl_app.engine import admin_api
+from clawrl_app.engine.env_api import JobIn
+from clawrl_app.engine.env_jobs import EnvJobs, JobRequest
 from clawrl_app.engine.store import Store
 
 if TYPE_CHECKING:
@@ -45,6 +47,10 @@ class EngineClient(Protocol):
         self, version: str | None = None, before_session: str | None = None
     ) -> dict[str, Any]: ...
     def chat_stream(self, messages: list[dict[str, Any]], session_id: str) -> Iterator[str]: ...
+    def env_overview(self) -> dict[str, Any]: ...
+    def env_job(self) -> dict[str, Any] | None: ...
+    def start_env_job(self, request: dict[str, Any]) -> dict[str, Any]: ...
+    def stop_env_job(self) -> dict[str, Any] | None: ...
     def subscribe(self, callback: EventCallback) -> None: ...
     def close(self) -> None: ...
 
@@ -126,6 +132,29 @@ class LocalClient:
     def chat_stream(self, messages: list[dict[str, Any]], session_id: str) -> Iterator[str]:
         return stream_chat(self.url, self.engine.api_key, messages, session_id)
 
+    def _jobs(self) -> EnvJobs:
+        assert self.engine.env_jobs is not None, "the engine is not started"
+        return self.engine.env_jobs
+
+    def env_overview(self) -> dict[str, Any]:
+        return self._jobs().overview()
+
+    def env_job(self) -> dict[str, Any] | None:
+        return self._jobs().status()
+
+    def start_env_job(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Start an env job (ValueError saying why it cannot: one runs, training off...)."""
+        from pydantic import ValidationError
+
+        try:
+            body = JobIn.model_validate(request)
+        except ValidationError as exc:
+            raise ValueError(str(exc.errors()[0].get("msg"))) from None
+        return self._jobs().start(JobRequest(**body.model_dump()))
+
+    def stop_env_job(self) -> dict[str, Any] | None:
+        return self._jobs().stop()
+
     def subscribe(self, callback: EventCallback) -> None:
         def sink(event: Any) -> None:
             if not self._closed:
@@ -206,6 +235,22 @@ class HttpClient:
 
     def chat_stream(self, messages: list[dict[str, Any]], session_id: str) -> Iterator[str]:
         return stream_chat(self.url, self.api_key, messages, session_id)
+
+    def env_overview(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._get("/admin/env/overview")
+        return result
+
+    def env_job(self) -> dict[str, Any] | None:
+        job: dict[str, Any] | None = self._get("/admin/env/job")["job"]
+        return job
+
+    def start_env_job(self, request: dict[str, Any]) -> dict[str, Any]:
+        job: dict[str, Any] = self._post("/admin/env/job", request)["job"]
+        return job
+
+    def stop_env_job(self) -> dict[str, Any] | None:
+        job: dict[str, Any] | None = self._post("/admin/env/job/stop", {})["job"]
+        return job
 
     def subscribe(self, callback: EventCallback) -> None:
         """Poll /admin/events in a daemon thread (status snapshots come from `status()`)."""

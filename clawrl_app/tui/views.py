@@ -24,11 +24,31 @@ def short(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def source_label(s: dict[str, Any]) -> str:
+    """Where a session came from; env rollouts are marked `env ▸ <env> <task>`."""
+    ep = s.get("episode")
+    if ep:
+        return f"env ▸ {ep['env']} {ep['task_id']}"
+    source = str(s.get("source") or NONE)
+    return f"env ▸ {source[4:]}" if source.startswith("env:") else source
+
+
+def episode_line(ep: dict[str, Any] | None) -> str:
+    """An env session's episode in one line (empty for conversations)."""
+    if not ep:
+        return ""
+    trained = "trained on" if ep["trained"] else "not trained on"
+    return (
+        f"env episode: {ep['env']} task {ep['task_id']} ({ep['split']}), {ep['status']}, "
+        f"outcome {reward(ep['outcome_reward'])}, {trained}"
+    )
+
+
 def session_row(s: dict[str, Any]) -> tuple[str, ...]:
     """A row of the sessions table."""
     return (
         short(s["id"], 28),
-        s["source"],
+        short(source_label(s), 28),
         str(s["turns"]),
         reward(s["mean_reward"]),
         s["review_state"],

@@ -44,17 +44,19 @@ class PromptModal(ModalScreen[str | None]):
     CSS_PATH = "modals.tcss"
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="prompt.cancel")]
 
-    def __init__(self, title: str, text: str, placeholder: str = "") -> None:
+    def __init__(self, title: str, text: str, placeholder: str = "", value: str = "") -> None:
         super().__init__()
         self.title_text = title
         self.text = text
         self.placeholder = placeholder
+        self.value = value
+        """The answer offered at first (enter accepts it)."""
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Label(self.title_text, id="dialog-title")
             yield Label(self.text, id="dialog-text")
-            yield Input(placeholder=self.placeholder, id="prompt-input")
+            yield Input(self.value, placeholder=self.placeholder, id="prompt-input")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip() or None)

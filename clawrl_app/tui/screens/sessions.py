@@ -136,9 +136,11 @@ class SessionsScreen(EngineScreen):
         if detail is None:
             title.update("select a session")
             return
+        episode = views.episode_line(detail.get("episode"))
         title.update(
-            f"[b]{detail['id']}[/b] · {detail['source']} · {detail['review_state']}"
+            f"[b]{detail['id']}[/b] · {views.source_label(detail)} · {detail['review_state']}"
             + (" · closed" if detail["closed"] else " · open")
+            + (f"\n{episode}" if episode else "")
         )
         rows = [views.turn_row(t) for t in detail["turns"]]
         if rows == self._turn_rows:
