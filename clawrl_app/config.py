@@ -53,6 +53,13 @@ class ServerSettings(_Section):
     """A session with no request for this long is closed (its last turn gets no next state)."""
     default_max_tokens: int = 512
     """Answer length when the request sets neither max_tokens nor max_completion_tokens."""
+    sampling_defaults: Literal["model", "openai"] = "model"
+    """temperature/top_p for requests that omit them: `model` = the model's recommended
+    values (its generation_config.json; the embedded model: its card's 0.2 / 0.9), as
+    other servers do; `openai` = the API's own defaults (1.0 / 1.0)."""
+    stop_repetition: bool = True
+    """End an answer as cut off (`length`) once it is stuck in a loop, instead of letting
+    it run to max_tokens (torch backend)."""
     allowed_hosts: list[str] = []
     """More names clients may use in the Host header, e.g. ["mybox.lan"] (DNS-rebinding
     protection). localhost, any IP address and `host` always pass; "*" turns the check off.

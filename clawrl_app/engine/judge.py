@@ -18,7 +18,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from clawrl_app.config import JudgeSettings, Settings
@@ -52,6 +52,16 @@ class Verdict:
     hint: str | None = None
     hint_candidates: list[str] = field(default_factory=list)
     hint_rule: str | None = None
+
+
+def cap_cut_off(verdict: Verdict, finish_reason: str | None) -> Verdict:
+    """An answer cut off at its token limit (or stopped in a loop) is never rewarded: a
+    "thanks" after it praises nothing the model finished. Only an explicit rating (which
+    never comes through the judge) can make it +1; a negative verdict stays."""
+    if finish_reason != "length" or verdict.score <= 0:
+        return verdict
+    log.info("a cut-off answer (finish_reason length) judged %+g: counted 0", verdict.score)
+    return replace(verdict, score=0.0)
 
 
 class Judge(Protocol):
@@ -193,6 +203,7 @@ def judge_input(turn: TurnRow, sample: SampleRow) -> JudgeInput:
         answer_tool_calls=list(message.get("tool_calls") or []),
         next_state_role=sample.next_state_role or "user",
         next_state_text=sample.next_state_text or "",
+        finish_reason=turn.finish_reason,
     )
 
 
@@ -279,7 +290,9 @@ class JudgeLoop:
         if turn is None:
             return False
         try:
-            verdict = await self.judge.verdict(judge_input(turn, sample), turn)
+            verdict = cap_cut_off(
+                await self.judge.verdict(judge_input(turn, sample), turn), turn.finish_reason
+            )
             teacher, topk = None, None
             if verdict.hint:
                 teacher = await teacher_logprobs(

@@ -114,6 +114,9 @@ class JudgeInput:
     """`"user"` or `"tool"`."""
     next_state_text: str
     """The next state's text (parallel tool results already joined into one)."""
+    finish_reason: str | None = None
+    """How the answer ended: `stop`, `tool_calls`, or `length` (cut off at its token limit
+    or stopped in a loop: never rewarded +1 by what follows, see `judge.cap_cut_off`)."""
 
 
 def fence(text: str) -> str:
@@ -219,6 +222,8 @@ def render_context(messages: list[dict[str, Any]], max_chars: int = 4000) -> str
 
 def _data_blocks(inp: JudgeInput, max_context_chars: int) -> str:
     answer = fence(clip(visible_answer(inp.answer_text, inp.answer_tool_calls), max_context_chars))
+    if inp.finish_reason == "length":
+        answer += "\n[the answer was cut off here: it hit its token limit or was stuck in a loop]"
     next_state = fence(clip(inp.next_state_text, max_context_chars)) or "(empty)"
     role = _role_attr(inp.next_state_role)
     return (

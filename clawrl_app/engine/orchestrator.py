@@ -43,6 +43,7 @@ from clawrl_app.engine.openai_schema import ApiError
 from clawrl_app.engine.publisher import Publisher
 from clawrl_app.engine.retention import prune
 from clawrl_app.engine.rollback import RollbackError, choose_target
+from clawrl_app.engine.sampling_defaults import OPENAI_DEFAULTS, recommended_defaults
 from clawrl_app.engine.schedule import gate
 from clawrl_app.engine.storage_watch import StorageWatch
 from clawrl_app.engine.store import JudgmentRow, Store, StoreError
@@ -50,7 +51,7 @@ from clawrl_app.engine.store.faults import log_failure
 from clawrl_app.engine.trainer_config import TrainerConfig
 from clawrl_app.engine.trainer_supervisor import TrainerSupervisor
 from clawrl_app.hardware import ModelInfo, Plan, inventory, plan
-from clawrl_app.models import ResolvedModel, read_model_config, resolve_model
+from clawrl_app.models import ResolvedModel, is_embedded, read_model_config, resolve_model
 from clawrl_app.paths import AppPaths
 
 log = logging.getLogger("clawrl.engine")
@@ -178,6 +179,12 @@ class Engine:
             self.store,
             alias=s.server.model_alias,
             default_max_tokens=s.server.default_max_tokens,
+            sampling_defaults=(
+                recommended_defaults(self.model.path, is_embedded(self.model))
+                if s.server.sampling_defaults == "model"
+                else OPENAI_DEFAULTS
+            ),
+            stop_repetition=s.server.stop_repetition,
             max_concurrent=s.server.max_concurrent,
             request_timeout_s=s.server.request_timeout_s,
             events=self._emit,

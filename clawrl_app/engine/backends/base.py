@@ -26,6 +26,8 @@ class SamplingParams:
     """How many alternatives per position to return (0 = none)."""
     stop_token_ids: tuple[int, ...] = ()
     """Extra token ids that end the answer (the backend always stops at the model's EOS)."""
+    stop_on_repetition: bool = False
+    """End the answer as cut off (`length`) once it is stuck in a loop (`repetition.py`)."""
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from clawrl_app.engine.backends.kv_batch import DecodeBatch
 from clawrl_app.engine.backends.lora_merge import merged_copy
 from clawrl_app.engine.backends.sampling import continuation_logprobs, sample_next
 from clawrl_app.engine.chat_format import eos_token_ids
+from clawrl_app.engine.repetition import repeating_tail
 
 log = logging.getLogger("clawrl.torch_backend")
 BASE_VERSION = "base"
@@ -59,6 +60,8 @@ class _Row:
     generator: torch.Generator | None = None
     next_id: int = 0
     produced: int = 0
+    out_ids: list[int] = field(default_factory=list)
+    """The answer so far (checked for a degenerate loop when the request asks)."""
     total_len: int = 0
     cancelled: threading.Event = field(default_factory=threading.Event)
     counted: bool = False
@@ -473,11 +476,14 @@ class TorchBackend:
             row.produced += 1
             row.total_len += 1
             row.next_id = ids[i]
+            row.out_ids.append(ids[i])
             reason = None
             if ids[i] in self._eos or ids[i] in p.stop_token_ids:
                 reason = "stop"
             elif row.produced >= p.max_new_tokens or row.total_len >= self._context_length:
                 reason = "length"
+            elif p.stop_on_repetition and repeating_tail(row.out_ids):
+                reason = "length"  # a loop would run to max_tokens anyway: cut off now
             if reason is None and not row.cancelled.is_set():
                 keep.append(i)
                 continue
