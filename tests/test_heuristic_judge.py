@@ -234,10 +234,12 @@ def test_calibration_set_is_well_formed_and_balanced() -> None:
         "next_state",
         "label",
         "why",
+        "style",
     }
     for item in items:
         assert set(item) == keys, item.get("id")
         assert item["label"] in (-1, 0, 1)
+        assert item["style"] in ("casual", "written")
         assert item["next_state_role"] in ("user", "tool")
         assert item["context"] and all(
             m["role"] in ("system", "user", "assistant", "tool") for m in item["context"]
