@@ -40,7 +40,8 @@ AGREEMENT_FLOOR = 0.6
         '{"ok": false, "error": "rate limited"}',
         '{"error": {"code": 404}}',
         "Invalid argument: --frobnicate",
-        "The request timed out.",
+        "git: 'stauts' is not a git command. See 'git --help'.",
+        "curl: (6) Could not resolve host: api.exmaple.com",
     ],
 )
 def test_tool_error_signals(text: str) -> None:
@@ -63,13 +64,49 @@ def test_tool_error_signals(text: str) -> None:
         '{"error": ""}',
         "exit code 0",
         "Wrote 512 bytes to README.md",
-        "def handle_error(exc): return 500",  # lowercase identifiers are not signals
+        "handle_error(exc) returned 500",  # lowercase identifiers are not signals
     ],
 )
 def test_tool_non_error_results(text: str) -> None:
     assert classify_next_state("tool", text) == HeuristicVerdict(
         1, "tool returned a non-error result", None
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'def handle_error(exc: Exception) -> Response:\n    log.error("request failed")',
+        "class ParseError(Exception):\n    pass",
+        "src/app.py:12:    # TODO: handle invalid input gracefully",  # a comment, not a report
+        "x = 1  // fallback when the lookup failed",
+    ],
+)
+def test_source_code_and_comments_are_not_errors(text: str) -> None:
+    assert classify_next_state("tool", text).score == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The request timed out.",
+        "Rate limit reached. Retry in 20 seconds.",
+        "503 Service Unavailable",
+        "Connection reset by peer",
+        "Command is still running in the background (pid 4121).",
+        "No files matched the pattern.",
+        "[]",
+    ],
+)
+def test_transient_or_empty_tool_results_are_neutral(text: str) -> None:
+    # REFERENCE §3: an error the answer did not cause (a network timeout) scores 0.
+    verdict = classify_next_state("tool", text)
+    assert verdict.score == 0 and verdict.hint is None
+    assert verdict.reason.startswith("tool result not caused by the answer:")
+
+
+def test_a_hard_error_wins_over_a_transient_signal() -> None:
+    assert classify_next_state("tool", '{"ok": false, "error": "rate limited"}').score == -1
 
 
 @pytest.mark.parametrize("text", ["", "   \n\t"])
