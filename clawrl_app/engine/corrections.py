@@ -203,10 +203,11 @@ _MIN_CONTAINMENT = 0.75
 def content_words(text: str) -> set[str]:
     """The topic words of `text`: lower-cased, stop words dropped, plurals folded."""
     words = (w.strip(".'-:+").lower() for w in _WORD_RE.findall(text))
-    return {_fold(w) for w in words if w and w not in _STOPWORDS}
+    return {fold(w) for w in words if w and w not in _STOPWORDS}
 
 
-def _fold(word: str) -> str:
+def fold(word: str) -> str:
+    """`word` without a plural or verb ending ("points" -> "point", "worked" -> "work")."""
     for suffix in ("ing", "es", "ed", "s"):
         if len(word) > len(suffix) + 3 and word.endswith(suffix):
             return word[: -len(suffix)]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from clawrl_app.engine.corrections import fold
+
 _I = re.IGNORECASE
 
 
@@ -43,7 +45,9 @@ _MONTHS = tuple(
     _words("january february march april may june july august september october november december")
 )
 _MONTH_OF = (
-    {m: m for m in _MONTHS} | {m[:3]: m for m in _MONTHS if m != "may"} | {"sept": "september"}
+    {m: m for m in _MONTHS if m != "may"}
+    | {m[:3]: m for m in _MONTHS if m != "may"}
+    | {"sept": "september"}
 )
 _MAY_RE = re.compile(r"\d(?:st|nd|rd|th)?\s+may\b|\bmay\s+\d", _I)
 _ORDINAL_RE = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)\b", _I)
@@ -162,8 +166,8 @@ def near_miss(reply: str, answer: str) -> str | None:
     """A reply word one or two edits away from an answer word: a spelling or name fix.
 
     "accommodate, double m" after "accomodate"; "get_user_name" after "get_username".
-    Only for replies of at most four words; inflections (a word that starts with the
-    other) do not count.
+    Only for replies of at most four words; inflections ("works" for "worked", a word that
+    starts with the other) do not count.
     """
     if len(reply.split()) > 4:
         return None
@@ -172,7 +176,7 @@ def near_miss(reply: str, answer: str) -> str | None:
         if token in answer_tokens:
             continue
         for other in answer_tokens:
-            if token.startswith(other) or other.startswith(token):
+            if token.startswith(other) or other.startswith(token) or fold(token) == fold(other):
                 continue
             if edit_distance(token, other, limit=2) <= 2:
                 return f"spelling {token} for {other}"
