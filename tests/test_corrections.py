@@ -59,6 +59,7 @@ def test_contradiction_finds_disputes(reply: str, name: str) -> None:
         "That's not a problem, thanks!",
         "Not right now, maybe later.",
         "I thought it was great, thanks",
+        "I thought that was really clear, thanks",
         "isn't it great?",
         "pretty sure that's perfect",
         "I mean, it's fine",

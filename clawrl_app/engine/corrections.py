@@ -23,7 +23,8 @@ def _words(text: str) -> frozenset[str]:
 
 _POSITIVE_WORDS = (
     r"perfect|great|good|fine|right|correct|exactly|nice|awesome|helpful|spot on|"
-    r"just right|funny|cool|better|brilliant|excellent|lovely|what i (?:wanted|needed)"
+    r"just right|funny|cool|better|brilliant|excellent|lovely|clear|useful|clever|smart|"
+    r"amazing|fantastic|beautiful|fun|what i (?:wanted|needed)"
 )
 _NO_PRAISE_AFTER = rf"(?!.*\b(?:{_POSITIVE_WORDS})\b)"
 _TONE_WORDS = (
