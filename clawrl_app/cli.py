@@ -92,14 +92,27 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("session_id")
     p.add_argument("--limit", type=int, default=50, help="how many sessions to list")
 
-    p = sub.add_parser("judge-eval", help="measure each judge backend against labelled next states")
+    p = sub.add_parser(
+        "judge-eval",
+        help="measure each judge backend against labelled next states",
+        description="Score labelled next states with each judge and print agreement, sign "
+        "errors (+1 judged -1 or -1 judged +1) and the confusion matrix (rows: label, columns: "
+        "judge score). The file format is in docs/judge-eval.md.",
+    )
     p.add_argument(
         "--backend",
         choices=["heuristic", "policy", "openai", "all"],
         default="all",
-        help="which judge to evaluate (default: all available)",
+        help="which judge to evaluate (default: all: heuristic, policy, and openai when set)",
     )
-    p.add_argument("--limit", type=int, default=0, help="only the first N items (0 = all)")
+    p.add_argument(
+        "--file",
+        metavar="PATH",
+        help="a labelled JSONL file in the shipped format (default: the shipped set)",
+    )
+    p.add_argument(
+        "--limit", type=int, default=0, help="only N items, balanced over the labels (0 = all)"
+    )
     p.add_argument(
         "--model", dest="model.path", metavar="SPEC", help="policy model for --backend policy"
     )
@@ -398,17 +411,34 @@ def cmd_sessions(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPat
 
 def cmd_judge_eval(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
     import asyncio
+    from pathlib import Path
 
     from clawrl_app.engine.judge import HeuristicJudge, Judge, LLMJudge, openai_generator
-    from clawrl_app.judge_eval import balanced_subset, format_report, load_items, stderr_progress
+    from clawrl_app.judge_eval import (
+        LabelledFileError,
+        balanced_subset,
+        format_report,
+        load_items,
+        stderr_progress,
+    )
 
-    items = balanced_subset(load_items(), args.limit) if args.limit else load_items()
+    try:
+        items = load_items(Path(args.file) if args.file else None)
+    except (LabelledFileError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if not items:
+        print(f"error: {args.file}: no labelled items", file=sys.stderr)
+        return 1
+    if args.limit:
+        items = balanced_subset(items, args.limit)
     s = loaded.settings.judge
     kinds = ["heuristic", "policy"] if args.backend == "all" else [args.backend]
     if args.backend == "all" and s.openai_url and s.openai_model:
         kinds.append("openai")
     print(
-        f"{len(items)} labelled next states ({sum(1 for i in items if i['label'] == 1)} positive, "
+        f"{len(items)} labelled next states{f' from {args.file}' if args.file else ''} "
+        f"({sum(1 for i in items if i['label'] == 1)} positive, "
         f"{sum(1 for i in items if i['label'] == 0)} neutral, "
         f"{sum(1 for i in items if i['label'] == -1)} negative)"
     )

@@ -1,7 +1,11 @@
 """`clawrl-app judge-eval`: each judge backend's agreement with a labelled set of next states.
 
-The set ships with the app (`assets/judge_calibration.jsonl`, 60+ items written for this
-project, balanced over +1/0/-1, user replies and tool results).
+The set ships with the app (`assets/judge_calibration.jsonl`, items written for this
+project, roughly balanced over +1/0/-1, user replies and tool results, about half of them
+in the casual style people actually type). `--file PATH` scores any file in the same
+format (docs/judge-eval.md). The report gives agreement, sign errors (a +1 item judged -1
+or a -1 item judged +1: the judge would push training the wrong way) and the confusion
+matrix.
 """
 
 from __future__ import annotations
@@ -32,10 +36,69 @@ def calibration_path() -> Path:
     raise FileNotFoundError(f"{CALIBRATION_FILE} not found; reinstall clawrl-app")
 
 
+REQUIRED_KEYS = ("context", "answer", "next_state_role", "next_state", "label")
+"""Keys every labelled item must have (`id`, `answer_tool_calls`, `why`, `style` optional)."""
+ROLES = ("user", "tool")
+
+
+class LabelledFileError(ValueError):
+    """A malformed line in a labelled file: the message names the file and the line."""
+
+    def __init__(self, path: Path, line: int, problem: str) -> None:
+        super().__init__(f"{path}, line {line}: {problem}")
+        self.path = path
+        self.line = line
+        self.problem = problem
+
+
 def load_items(path: Path | None = None) -> list[dict[str, Any]]:
-    """The labelled items, one JSON object per line."""
-    lines = (path or calibration_path()).read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    """The labelled items, one JSON object per line (blank lines skipped), each checked.
+
+    Raises `LabelledFileError` naming the file, the line and what is wrong.
+    """
+    path = path or calibration_path()
+    items = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            item = parse_item(line, path, number)
+            item.setdefault("id", f"line {number}")
+            items.append(item)
+    return items
+
+
+def parse_item(line: str, path: Path, number: int) -> dict[str, Any]:
+    """One labelled item from its JSON line, or `LabelledFileError` saying what is wrong."""
+    try:
+        item = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise LabelledFileError(path, number, f"not valid JSON ({exc.msg})") from None
+    if not isinstance(item, dict):
+        raise LabelledFileError(path, number, "expected a JSON object")
+    missing = [key for key in REQUIRED_KEYS if key not in item]
+    if missing:
+        raise LabelledFileError(path, number, f"missing {', '.join(missing)}")
+    problem = _item_problem(item)
+    if problem:
+        raise LabelledFileError(path, number, problem)
+    return item
+
+
+def _item_problem(item: dict[str, Any]) -> str | None:
+    label = item["label"]
+    if isinstance(label, bool) or label not in LABELS:
+        return f"label must be 1, 0 or -1, not {label!r}"
+    if item["next_state_role"] not in ROLES:
+        return f"next_state_role must be 'user' or 'tool', not {item['next_state_role']!r}"
+    context = item["context"]
+    if not isinstance(context, list) or not all(
+        isinstance(m, dict) and "role" in m for m in context
+    ):
+        return "context must be a list of messages, each with a role"
+    if not isinstance(item["answer"], str) or not isinstance(item["next_state"], str):
+        return "answer and next_state must be strings"
+    if not isinstance(item.get("answer_tool_calls", []), list):
+        return "answer_tool_calls must be a list"
+    return None
 
 
 def balanced_subset(items: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
@@ -51,7 +114,7 @@ def balanced_subset(items: list[dict[str, Any]], limit: int) -> list[dict[str, A
 
 @dataclass
 class EvalReport:
-    """Agreement and the confusion matrix (rows: label, columns: judge score)."""
+    """Agreement, sign errors and the confusion matrix (rows: label, columns: judge score)."""
 
     backend: str
     total: int = 0
@@ -60,18 +123,32 @@ class EvalReport:
     confusion: dict[int, dict[int, int]] = field(
         default_factory=lambda: {a: {b: 0 for b in LABELS} for a in LABELS}
     )
+    by_style: dict[str, list[int]] = field(default_factory=dict)
+    """Per `style` field ("casual", "written"): [agreeing items, items]."""
 
     @property
     def agreement(self) -> float:
+        """The share of items whose score equals the label."""
         return self.agree / self.total if self.total else 0.0
 
-    def add(self, label: int, score: int) -> None:
+    @property
+    def sign_errors(self) -> int:
+        """Items labelled +1 scored -1, plus items labelled -1 scored +1."""
+        return self.confusion[1][-1] + self.confusion[-1][1]
+
+    def add(self, label: int, score: int, style: str | None = None) -> None:
+        """Count one judged item."""
         self.total += 1
         self.agree += int(label == score)
         self.confusion[label][score] += 1
+        if style:
+            counts = self.by_style.setdefault(style, [0, 0])
+            counts[0] += int(label == score)
+            counts[1] += 1
 
 
 def item_input(item: dict[str, Any]) -> JudgeInput:
+    """The judge's input for one labelled item."""
     return JudgeInput(
         context=item["context"],
         answer_text=item["answer"],
@@ -93,22 +170,27 @@ async def evaluate(
         except Exception:
             report.failed += 1
             score = 0
-        report.add(int(item["label"]), score)
+        report.add(int(item["label"]), score, item.get("style"))
         if progress:
             progress(i + 1, len(items))
     return report
 
 
 def format_report(report: EvalReport) -> str:
-    """Agreement line plus a small confusion matrix."""
+    """Agreement and sign errors, agreement per style, and the confusion matrix."""
     lines = [
-        f"{report.backend}: agreement {report.agreement:.3f} ({report.agree}/{report.total})"
+        f"{report.backend}: agreement {report.agreement:.3f} ({report.agree}/{report.total}), "
+        f"sign errors {report.sign_errors}"
         + (f", {report.failed} failed" if report.failed else ""),
-        "  label \\ judge    +1    0   -1",
     ]
+    for style, (agree, total) in sorted(report.by_style.items()):
+        lines.append(f"  {style}: agreement {agree / total:.3f} ({agree}/{total})")
+    lines.append("  confusion (rows: label, columns: judge score)")
+    lines.append("  label \\ judge    +1    0   -1")
     for label in LABELS:
         row = report.confusion[label]
-        lines.append(f"  {label:+d}            {row[1]:5d}{row[0]:5d}{row[-1]:5d}")
+        name = f"{label:+d}" if label else " 0"
+        lines.append(f"  {name}            {row[1]:5d}{row[0]:5d}{row[-1]:5d}")
     return "\n".join(lines)
 
 

@@ -13,12 +13,16 @@ from clawrl_app.engine.heuristic_judge import (
     HEURISTIC_RULES_VERSION,
     HeuristicVerdict,
     classify_next_state,
+    classify_turn,
     corrective_hint,
     error_line,
+    last_user_message,
 )
+from clawrl_app.judge_eval import item_input
 
 CALIBRATION = Path(__file__).resolve().parents[1] / "assets" / "judge_calibration.jsonl"
-AGREEMENT_FLOOR = 0.6
+# Measured with heuristic-v2 on the shipped set (README): 0.924 whole set; 0 sign errors.
+AGREEMENT_FLOOR = 0.924 - 0.01
 
 
 # --- tool results ---------------------------------------------------------------------------
@@ -40,7 +44,8 @@ AGREEMENT_FLOOR = 0.6
         '{"ok": false, "error": "rate limited"}',
         '{"error": {"code": 404}}',
         "Invalid argument: --frobnicate",
-        "The request timed out.",
+        "git: 'stauts' is not a git command. See 'git --help'.",
+        "curl: (6) Could not resolve host: api.exmaple.com",
     ],
 )
 def test_tool_error_signals(text: str) -> None:
@@ -63,13 +68,49 @@ def test_tool_error_signals(text: str) -> None:
         '{"error": ""}',
         "exit code 0",
         "Wrote 512 bytes to README.md",
-        "def handle_error(exc): return 500",  # lowercase identifiers are not signals
+        "handle_error(exc) returned 500",  # lowercase identifiers are not signals
     ],
 )
 def test_tool_non_error_results(text: str) -> None:
     assert classify_next_state("tool", text) == HeuristicVerdict(
         1, "tool returned a non-error result", None
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'def handle_error(exc: Exception) -> Response:\n    log.error("request failed")',
+        "class ParseError(Exception):\n    pass",
+        "src/app.py:12:    # TODO: handle invalid input gracefully",  # a comment, not a report
+        "x = 1  // fallback when the lookup failed",
+    ],
+)
+def test_source_code_and_comments_are_not_errors(text: str) -> None:
+    assert classify_next_state("tool", text).score == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The request timed out.",
+        "Rate limit reached. Retry in 20 seconds.",
+        "503 Service Unavailable",
+        "Connection reset by peer",
+        "Command is still running in the background (pid 4121).",
+        "No files matched the pattern.",
+        "[]",
+    ],
+)
+def test_transient_or_empty_tool_results_are_neutral(text: str) -> None:
+    # REFERENCE §3: an error the answer did not cause (a network timeout) scores 0.
+    verdict = classify_next_state("tool", text)
+    assert verdict.score == 0 and verdict.hint is None
+    assert verdict.reason.startswith("tool result not caused by the answer:")
+
+
+def test_a_hard_error_wins_over_a_transient_signal() -> None:
+    assert classify_next_state("tool", '{"ok": false, "error": "rate limited"}').score == -1
 
 
 @pytest.mark.parametrize("text", ["", "   \n\t"])
@@ -129,6 +170,30 @@ def test_user_positive(text: str) -> None:
 @pytest.mark.parametrize(
     "text",
     [
+        "thx",
+        "ty",
+        "cheers",
+        "works",
+        "lol love it",
+        "👍",
+        "much better",
+        "ty that did it",
+        "ci is green now",
+        "they pass",
+        "sent",
+        "Not bad at all, I'll use it.",
+        "9:15 is fine",
+        "daily crumb it is",
+        "ahh yep that was it",
+    ],
+)
+def test_casual_approvals(text: str) -> None:
+    assert classify_next_state("user", text).score == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
         "No, it's 391.",
         "nope",
         "That's wrong.",
@@ -170,7 +235,16 @@ def test_negative_wins_over_politeness(text: str) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["ok", "What's the capital of Peru?", "How does that relate to the call stack?", "brb", ""],
+    [
+        "ok",
+        "What's the capital of Peru?",
+        "How does that relate to the call stack?",
+        "brb",
+        "",
+        "?",
+        "hmm",
+        "k",
+    ],
 )
 def test_user_neutral(text: str) -> None:
     assert classify_next_state("user", text) == HeuristicVerdict(
@@ -234,10 +308,12 @@ def test_calibration_set_is_well_formed_and_balanced() -> None:
         "next_state",
         "label",
         "why",
+        "style",
     }
     for item in items:
         assert set(item) == keys, item.get("id")
         assert item["label"] in (-1, 0, 1)
+        assert item["style"] in ("casual", "written")
         assert item["next_state_role"] in ("user", "tool")
         assert item["context"] and all(
             m["role"] in ("system", "user", "assistant", "tool") for m in item["context"]
@@ -260,8 +336,7 @@ def test_heuristic_agreement_on_calibration_set() -> None:
     items = load_calibration()
     confusion: Counter[tuple[int, int]] = Counter()
     for item in items:
-        verdict = classify_next_state(item["next_state_role"], item["next_state"])
-        confusion[(item["label"], verdict.score)] += 1
+        confusion[(item["label"], classify_turn(item_input(item)).score)] += 1
     agreement = sum(n for (label, score), n in confusion.items() if label == score) / len(items)
     rows = "\n".join(
         f"  label {label:+d}: " + " ".join(f"{confusion[(label, s)]:3d}" for s in (-1, 0, 1))
@@ -270,3 +345,102 @@ def test_heuristic_agreement_on_calibration_set() -> None:
     print(f"\nheuristic agreement {agreement:.3f} on {len(items)} items")
     print(f"confusion (rows: label, columns: heuristic -1 0 +1):\n{rows}")
     assert agreement >= AGREEMENT_FLOOR
+    assert confusion[(1, -1)] + confusion[(-1, 1)] == 0, "sign errors"
+
+
+def test_calibration_set_size_and_casual_half() -> None:
+    items = load_calibration()
+    assert len(items) >= 158
+    assert sum(item["style"] == "casual" for item in items) * 2 >= len(items)
+
+
+# --- corrections without a keyword (issue #14) -----------------------------------------------
+@pytest.mark.parametrize(
+    ("question", "answer", "reply"),
+    [
+        ("When is the review?", "The review is on Tuesday at 10am.", "Wednesday, not Tuesday."),
+        ("Book the call for 6:30.", "Booked the call for 6:00 PM.", "Actually, make it 6:30."),
+        (
+            "What's the capital of Australia?",
+            "The capital of Australia is Sydney.",
+            "Hmm, I'm pretty sure it's Canberra actually.",
+        ),
+        (
+            "Summarize the article.",
+            "The article says remote workers are less satisfied.",
+            "That's not what the article says at all.",
+        ),
+    ],
+)
+def test_issue_examples_score_minus_one(question: str, answer: str, reply: str) -> None:
+    verdict = classify_next_state("user", reply, answer=answer, question=question)
+    assert verdict.score == -1, verdict
+    assert verdict.reason.startswith("user correction signal:")
+
+
+@pytest.mark.parametrize(
+    ("answer", "reply"),
+    [
+        ("Your dentist appointment is on Tuesday at 3pm.", "no, wed"),
+        ("Alarm set for 6:00 AM.", "its 6:30 not 6"),
+        ("12 × 14 = 158.", "168"),
+        ("The capital of Canada is Toronto.", "ottawa"),
+        ("It's spelled 'accomodate'.", "accommodate, double m"),
+        ("Added gym on Monday and Friday at 7:00 AM.", "make fri 8"),
+        ("Added: dentist, the 14th at 10:00 AM.", "the 15th actually"),
+    ],
+)
+def test_casual_corrections_read_against_the_answer(answer: str, reply: str) -> None:
+    assert classify_next_state("user", reply, answer=answer).score == -1
+
+
+@pytest.mark.parametrize(
+    ("answer", "reply", "score"),
+    [
+        ("Standup scheduled daily at 9:15.", "9:15 is fine", 1),  # repeats the answer's value
+        ("Your train leaves at 08:10.", "8:10 right, thx", 1),
+        ("Lima.", "lima", 0),  # echoes the answer
+        ("20% of 80 is 16.", "ok and 30%?", 1),  # the next item, not a replacement
+        ("France won the 2018 World Cup.", "and 2014?", 1),
+        ("3x^2", "Who won the 1998 World Cup?", 0),  # a new question with a number
+        ("Sure: 'The Trailblazers'.", "Actually, that's perfect.", 1),
+        ("How about 'Rise & Shine'?", "not bad", 1),
+    ],
+)
+def test_replies_that_are_not_corrections(answer: str, reply: str, score: int) -> None:
+    assert classify_next_state("user", reply, answer=answer).score == score
+
+
+def test_repeated_question_needs_the_question() -> None:
+    answer = "There are several approaches to layout in CSS."
+    question = "how do i center a div"
+    assert classify_next_state("user", question, answer=answer).score == 0
+    verdict = classify_next_state("user", question, answer=answer, question=question)
+    assert verdict == HeuristicVerdict(
+        -1, "user correction signal: repeated question", "How do i center a div"
+    )
+
+
+def test_politeness_does_not_hide_a_dispute_but_hides_a_replacement() -> None:
+    # A strong correction wins over thanks; a differing number next to thanks does not.
+    assert classify_next_state("user", "thanks, but that's not what it says").score == -1
+    answer = "About 105 calories in a medium banana."
+    assert classify_next_state("user", "ok cool so 2 is like 210", answer=answer).score == 1
+
+
+def test_classify_turn_reads_the_last_user_message() -> None:
+    context: list[dict[str, object]] = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "whats the shortcut to screenshot"}]},
+        {"role": "assistant", "content": "macOS has tools for this."},
+        {"role": "user", "content": "whats the keyboard shortcut to screenshot on mac"},
+    ]
+    assert last_user_message(context) == "whats the keyboard shortcut to screenshot on mac"
+    assert last_user_message([{"role": "system", "content": "x"}]) == ""
+    item = {
+        "context": context,
+        "answer": "macOS has several built-in tools, like Preview.",
+        "next_state_role": "user",
+        "next_state": "whats the shortcut",
+    }
+    assert classify_turn(item_input(item)).reason == "user correction signal: repeated question"

@@ -10,16 +10,28 @@ Tool results (`role="tool"`):
      a JSON `"error":` key whose value is not null/false/empty, `invalid`, `timed out`.
      Zero-count phrases (`0 failed`, `no errors`) are removed first.
   +1 on any other non-empty result; 0 on an empty one.
-User replies (`role="user"`):
-  -1 on a redo / correction / rephrase / complaint signal (`USER_NEGATIVE_PATTERNS`);
-  +1 on acceptance, thanks or moving on (`USER_POSITIVE_PATTERNS`);
-   0 otherwise. Negative signals win over politeness: "thanks, but that's wrong" is -1.
+  0 instead of +1/-1 when nothing but a transient or empty signal is there
+     (`TOOL_NEUTRAL_PATTERNS`: a timeout, a rate limit, 503, a reset connection, still
+     running, no matches): an error the answer did not cause, or nothing to judge.
+  Comments (`# ...`, `// ...`) and a listing of source code (its first line starts with
+  `def`, `class`, `import`, ...) are not error signals: they mention errors, not report them.
+User replies (`role="user"`), in this order:
+  -1 on a redo / correction / rephrase / complaint signal (`USER_NEGATIVE_PATTERNS`), a
+     dispute or change request without a keyword (`corrections.CONTRADICTION_PATTERNS`),
+     an "actually ..." correction, or "X, not Y" where the answer (or question) said Y;
+  +1 on acceptance, thanks or moving on (`USER_POSITIVE_PATTERNS`), or a short "and X?"
+     continuation of the same task;
+  -1 on a value that replaces the answer's (a time, day, month, date, number, a bare name,
+     a near-miss spelling: `reply_values`), or the previous question asked again;
+   0 otherwise. Negative signals win over politeness: "thanks, but that's wrong" is -1; the
+  contextual signals (replacement, repeated question) only count without a positive one.
 Hints (for OPD): a -1 user reply yields the user's own corrective words; a tool error
 yields "The previous tool call failed with: <first error line>. Fix the call."
 
-Known blind spots, measured on assets/judge_calibration.jsonl: sarcasm, rephrasings of
-the same request, corrections without a keyword, and benign mentions of error words in
-tool output (an error handler's source reads as a failure).
+Known blind spots, measured on assets/judge_calibration.jsonl: sarcasm ("wow so fast
+now"), complaints in the user's own terms ("cant even see it on white"), missing items
+named without a keyword ("wheres the revenue"), thanks in other languages beyond a few,
+and tool errors worded without an error word.
 """
 
 from __future__ import annotations
@@ -27,7 +39,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-HEURISTIC_RULES_VERSION = "heuristic-v1"
+from clawrl_app.engine.corrections import (
+    actually_correction,
+    continuation,
+    contradiction,
+    repeated_question,
+    x_not_y,
+)
+from clawrl_app.engine.judge_prompts import JudgeInput
+from clawrl_app.engine.reply_values import bare_name, near_miss, replacement_value
+from clawrl_app.engine.sessions import message_text
+
+HEURISTIC_RULES_VERSION = "heuristic-v2"
 """Bump when any pattern below changes; recorded with every heuristic verdict."""
 
 _I = re.IGNORECASE
@@ -52,11 +75,34 @@ TOOL_ERROR_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ),
     ("json error", re.compile(r'"error"\s*:(?!\s*(?:null\b|false\b|""|\[\s*\]|\{\s*\}))', _I)),
     ("invalid", re.compile(r"\binvalid\b", _I)),
-    ("timed out", re.compile(r"\btimed out\b", _I)),
+    ("could not", re.compile(r"\b(?:could not|couldn'?t|cannot|unable to) \w+", _I)),
+    (
+        "unknown command",
+        re.compile(r"\bis not an? (?:\w+ )?command\b|\bunknown (?:command|option|flag)\b", _I),
+    ),
 ]
 """Error signals in a tool result, each with the name given as the verdict's reason."""
 
+TOOL_NEUTRAL_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("timed out", re.compile(r"\btimed out\b|\btimeout\b", _I)),
+    ("rate limit", re.compile(r"\brate.?limit", _I)),
+    ("retry later", re.compile(r"\bretry (?:in|later|after)\b|\btry again later\b", _I)),
+    ("unavailable", re.compile(r"\b50[234]\b|\bservice unavailable\b|\bbad gateway\b", _I)),
+    ("connection", re.compile(r"\bconnection (?:reset|refused|closed|aborted)\b", _I)),
+    ("still running", re.compile(r"\bstill running\b|\bin progress\b", _I)),
+    (
+        "no matches",
+        re.compile(r"^\s*(?:\[\s*\]|\{\s*\}|no (?:files|results|matches|items)\b.*)\s*$", _I),
+    ),
+]
+"""Transient or empty results: 0 when no error signal above is present."""
+
 _BENIGN_ZERO_RE = re.compile(r"\b(?:0|no|zero) (?:errors?|failures?|failed)\b", _I)
+_COMMENT_RE = re.compile(r"(?:^|\s)(?:#|//).*$", _M)
+_SOURCE_LISTING_RE = re.compile(
+    r"^\s*(?:(?:async )?def |class |import |from \S+ import |function |#include|package |"
+    r"public |const |let |var |@\w+)"
+)
 _TRACEBACK_RE = TOOL_ERROR_PATTERNS[0][1]
 
 USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
@@ -75,7 +121,7 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("too long", re.compile(r"\btoo (?:long|short|verbose|wordy)\b", _I)),
     ("instead", re.compile(r"\binstead\b", _I)),
     ("should be", re.compile(r"\bshould be\b", _I)),
-    ("you forgot", re.compile(r"\byou (?:forgot|missed|didn'?t)\b", _I)),
+    ("you forgot", re.compile(r"\b(?:you|u) (?:forgot|missed|didn'?t)\b", _I)),
     (
         "doesn't work",
         re.compile(
@@ -95,20 +141,39 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 """Redo / correction / complaint signals in a user reply."""
 
 USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("thanks", re.compile(r"\b(?:thanks|thank you|thx)\b", _I)),
+    ("thanks", re.compile(r"\b(?:thanks|thank you|thx|ty|tysm|cheers|merci|gracias|danke)\b", _I)),
     ("great", re.compile(r"\bgreat\b", _I)),
     ("perfect", re.compile(r"\bperfect\b", _I)),
-    ("that works", re.compile(r"\b(?:that|this|it) works\b", _I)),
+    ("that works", re.compile(r"\b(?:that|this|it) works\b|^\W*works\b", _I)),
     ("exactly", re.compile(r"\bexactly\b", _I)),
     ("awesome", re.compile(r"\bawesome\b", _I)),
     ("got it", re.compile(r"\bgot it\b", _I)),
     ("nice", re.compile(r"\bnice\b", _I)),
     ("cool", re.compile(r"\bcool\b", _I)),
-    ("looks good", re.compile(r"\blooks good\b|\blgtm\b", _I)),
+    ("looks good", re.compile(r"\blooks good\b|\blgtm\b|\bsounds good\b|\bis fine\b", _I)),
     ("excellent", re.compile(r"\bexcellent\b", _I)),
     ("next,", re.compile(r"\bnext\s*[,:]", _I)),
     ("now let's", re.compile(r"\bnow let'?s\b", _I)),
     ("ok, now", re.compile(r"\b(?:ok|okay)\s*,?\s*now\b", _I)),
+    ("love it", re.compile(r"\blove (?:it|this|that)\b", _I)),
+    ("sweet", re.compile(r"\b(?:sweet|neat|good one|much better|not bad)\b", _I)),
+    (
+        "it worked",
+        re.compile(
+            r"\b(?:that|it) (?:did it|did the trick|was it)\b|\b(?:fixed|solved|worked)\b|"
+            r"\b(?:they|tests?|it|all) pass(?:es|ed)?\b|\b(?:is|are|all|now) green\b",
+            _I,
+        ),
+    ),
+    (
+        "uses it",
+        re.compile(
+            r"\bi'?ll use (?:it|this|that)\b|\busing (?:it|this|that)\b|^\W*sent\b|"
+            r"\bsending it\b|\bdoing it now\b|\bas you said\b|\w+ it is\W*$",
+            _I,
+        ),
+    ),
+    ("emoji", re.compile("[\U0001f44d\U0001f64c\U0001f4aa\U0001f525\U0001f389\u2705\U0001f64f]")),
 ]
 """Acceptance / thanks / moving-on signals in a user reply."""
 
@@ -140,21 +205,51 @@ def first_match(text: str, patterns: list[tuple[str, re.Pattern[str]]]) -> str |
     return None
 
 
-def classify_next_state(role: str, text: str) -> HeuristicVerdict:
-    """Score a turn from its next state alone (see the module docstring for the rules)."""
+def classify_next_state(
+    role: str, text: str, *, answer: str = "", question: str = ""
+) -> HeuristicVerdict:
+    """Score a turn from its next state (see the module docstring for the rules).
+
+    `answer` (the answer's visible text) and `question` (the last user message before it)
+    let a user reply be read against them: a replaced value, "X, not Y", a repeated
+    question. Without them only the reply's own words count.
+    """
     if role == "tool":
         return _classify_tool(text)
     if role == "user":
-        return _classify_user(text)
+        return _classify_user(text, answer, question)
     return HeuristicVerdict(0, f"unknown next-state role {role!r}")
+
+
+def classify_turn(inp: JudgeInput) -> HeuristicVerdict:
+    """Score a judged turn: its next state read against the answer and the question."""
+    return classify_next_state(
+        inp.next_state_role,
+        inp.next_state_text,
+        answer=inp.answer_text,
+        question=last_user_message(inp.context),
+    )
+
+
+def last_user_message(context: list[dict[str, object]]) -> str:
+    """The text of the last user message in `context` ("" when there is none)."""
+    for message in reversed(context):
+        if message.get("role") == "user":
+            return message_text(message.get("content"))
+    return ""
 
 
 def _classify_tool(text: str) -> HeuristicVerdict:
     if not text.strip():
         return HeuristicVerdict(0, "empty tool result")
-    cleaned = _BENIGN_ZERO_RE.sub("", text)
+    cleaned = _COMMENT_RE.sub("", _BENIGN_ZERO_RE.sub("", text))
+    if _SOURCE_LISTING_RE.match(cleaned) and not _TRACEBACK_RE.search(cleaned):
+        return HeuristicVerdict(1, "tool returned source code")
     signal = first_match(cleaned, TOOL_ERROR_PATTERNS)
     if signal is None:
+        neutral = first_match(cleaned, TOOL_NEUTRAL_PATTERNS)
+        if neutral is not None:
+            return HeuristicVerdict(0, f"tool result not caused by the answer: {neutral}")
         return HeuristicVerdict(1, "tool returned a non-error result")
     line = error_line(cleaned)
     hint = f"The previous tool call failed with: {line}. Fix the call."
@@ -178,14 +273,33 @@ def error_line(text: str) -> str:
     return line[:_MAX_ERROR_LINE_CHARS].rstrip(" .")
 
 
-def _classify_user(text: str) -> HeuristicVerdict:
-    negative = first_match(text, USER_NEGATIVE_PATTERNS)
+def _classify_user(text: str, answer: str, question: str) -> HeuristicVerdict:
+    negative = _strong_correction(text, answer, question)
     if negative is not None:
-        return HeuristicVerdict(-1, f"user correction signal: {negative}", corrective_hint(text))
+        return _negative(text, negative)
     positive = first_match(text, USER_POSITIVE_PATTERNS)
     if positive is not None:
         return HeuristicVerdict(1, f"user acceptance signal: {positive}")
+    if continuation(text):
+        return HeuristicVerdict(1, "user continues the same task")
+    replaced = replacement_value(text, answer) or bare_name(text, answer) or near_miss(text, answer)
+    if replaced is not None:
+        return _negative(text, f"replaced {replaced}")
+    if repeated_question(text, question):
+        return _negative(text, "repeated question")
     return HeuristicVerdict(0, "no clear signal in the user reply")
+
+
+def _strong_correction(text: str, answer: str, question: str) -> str | None:
+    """A correction signal that wins over politeness, or None."""
+    found = first_match(text, USER_NEGATIVE_PATTERNS) or contradiction(text)
+    if found is None and actually_correction(text):
+        found = "actually"
+    return found or x_not_y(text, answer, question)
+
+
+def _negative(text: str, signal: str) -> HeuristicVerdict:
+    return HeuristicVerdict(-1, f"user correction signal: {signal}", corrective_hint(text))
 
 
 def corrective_hint(text: str) -> str | None:

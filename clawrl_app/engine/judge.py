@@ -25,7 +25,7 @@ from clawrl_app.config import JudgeSettings, Settings
 from clawrl_app.engine.backends.base import Backend, GenerationRequest, SamplingParams, TokenOut
 from clawrl_app.engine.chat_format import ChatFormatter
 from clawrl_app.engine.events import EventSink, LoopFailed, SampleJudged, wait_for_poke
-from clawrl_app.engine.heuristic_judge import classify_next_state
+from clawrl_app.engine.heuristic_judge import classify_turn
 from clawrl_app.engine.judge_prompts import (
     JudgeInput,
     hint_messages,
@@ -108,7 +108,7 @@ class HeuristicJudge:
     name = "heuristic"
 
     async def verdict(self, inp: JudgeInput, turn: TurnRow) -> Verdict:
-        v = classify_next_state(inp.next_state_role, inp.next_state_text)
+        v = classify_turn(inp)
         votes = [{"kind": "heuristic", "score": v.score, "reason": v.reason}]
         cands = [v.hint] if v.hint else []
         return Verdict(
