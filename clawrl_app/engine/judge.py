@@ -124,6 +124,9 @@ class PluginJudge:
     """A user's custom reward function."""
 
     name = "custom"
+    caps_cut_off = False
+    """The user's own reward decides, also for cut-off answers (it gets the turn's
+    `finish_reason`); the built-in judges never reward those (`cap_cut_off`)."""
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
@@ -137,6 +140,7 @@ class PluginJudge:
             "response": turn.response,
             "response_text": turn.response_text,
             "policy_version": turn.policy_version,
+            "finish_reason": turn.finish_reason,
         }
         next_state = {"role": inp.next_state_role, "text": inp.next_state_text}
         result = coerce_reward(await asyncio.to_thread(self.fn, turn_view, next_state, inp.context))
@@ -290,9 +294,9 @@ class JudgeLoop:
         if turn is None:
             return False
         try:
-            verdict = cap_cut_off(
-                await self.judge.verdict(judge_input(turn, sample), turn), turn.finish_reason
-            )
+            verdict = await self.judge.verdict(judge_input(turn, sample), turn)
+            if getattr(self.judge, "caps_cut_off", True):
+                verdict = cap_cut_off(verdict, turn.finish_reason)
             teacher, topk = None, None
             if verdict.hint:
                 teacher = await teacher_logprobs(
