@@ -46,6 +46,9 @@ from clawrl_app.envs.workspace import tree_size_bytes
 DATA = Path(__file__).resolve().parents[1] / "data" / "swe"
 COMMAND_TIMEOUT_S = 30.0  # per command (upstream 180 s); the runner owns the episode deadline
 PROTOCOLS = ("text", "tool")
+# pytest inside the episode as the verifier runs it: without the app venv's plugins (which
+# also cost ~1.5 s per run here)
+EPISODE_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
 def _id_list(meta: dict[str, Any], key: str, manifest: Path) -> list[str]:
@@ -185,6 +188,7 @@ class SweEnv:
         # stderr joins stdout in order, as upstream shows them (one <output> block)
         argv = ["/bin/bash", "-c", 'exec 2>&1; exec /bin/bash -c "$1"', "bash", command]
         r = self.sandbox.run(argv, workspace=self.base.workspace, binds=self._masks(),
+                             env=EPISODE_ENV,
                              limits=ResourceLimits(wall_s=t, cpu_s=int(t) + 5))  # fmt: skip
         output = r.stdout + r.stderr
         submitted = output.lstrip().splitlines()[:1] == [SENTINEL]

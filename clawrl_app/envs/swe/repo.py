@@ -92,6 +92,7 @@ def make_workspace(repo: Path, root: Path | None = None) -> Baseline:
     private copy of the git dir. Only trusted task files exist at this point."""
     check_repo_files(repo)
     ws = new_workspace(repo, root)
+    os.chmod(ws, 0o700)  # new_workspace's copytree copies the task folder's mode onto it
     private = Path(tempfile.mkdtemp(prefix="clawrl-swe-", dir=root))
     os.chmod(private, 0o700)
     try:
