@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from clawrl_app.envs import make_env
-from clawrl_app.envs.base import EpisodeStatus, PolicyReply, Task
+from clawrl_app.envs.base import Env, EpisodeStatus, PolicyReply, Task
 from clawrl_app.envs.policies import MalformedPolicy, ScriptedPolicy, oracle_policy, tool_call
 from clawrl_app.envs.runner import run_episode
 from clawrl_app.envs.swe.env import SweEnv
@@ -184,7 +184,20 @@ def test_junit_keys_follow_pytest() -> None:
     assert junit_key("tests/test_x.py::TestA::test_b[1]") == "tests.test_x.TestA::test_b[1]"
 
 
+def test_task_data_under_a_bound_prefix_is_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installed into the venv (bound read-only in the sandbox), the pack with its hidden
+    tests would be readable by the agent: an empty folder is bound over it."""
+    import clawrl_app.envs.swe.env as swe_env
+
+    monkeypatch.setattr(swe_env, "interpreter_prefixes", lambda: [str(swe_env.DATA.parent)])
+    hidden = Path(task("slugify-accents").data["dir"]) / "hidden_tests"
+    cmd = f"ls -A {swe_env.DATA} && echo MASKED-EMPTY; ls {hidden}"
+    _, seen = observations(SweEnv(), task("slugify-accents"), [bash(cmd), SUBMIT])
+    assert seen[0].startswith("<returncode>2</returncode>\n<output>\nMASKED-EMPTY\nls: cannot")
+
+
 def test_registered_and_validated() -> None:
     assert isinstance(make_env("swe", protocol="tool"), SweEnv)
+    assert isinstance(SweEnv(), Env)
     with pytest.raises(ValueError, match="protocol"):
         SweEnv(protocol="xml")

@@ -7,7 +7,11 @@ patch that does not apply is the agent's failure, not an infrastructure error.""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -174,3 +178,46 @@ def test_a_patch_that_does_not_apply_is_a_failure_not_an_infra_error(sandbox: Sa
     assert v.infra_error is None and not v.success and v.score == 0.0
     assert "patch" in v.details["apply_error"]
     assert SweEnv().outcome_reward(v) == -1.0
+
+
+REMOVE = """
+import os, sys
+from pathlib import Path
+from clawrl_app.envs.swe.repo import remove_tree
+remove_tree(Path(sys.argv[1]) / "ws")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and not shutil.which("setpriv"), reason="needs setpriv")
+def test_removing_a_locked_workspace_never_touches_a_linked_host_file() -> None:
+    """A read-only folder holding a link to a host file: unlocking it for removal must not
+    `chmod` through the link. (As root nothing is locked, so run as nobody then.)"""
+    top = Path(tempfile.mkdtemp(prefix="clawrl-rm-"))
+    try:
+        outside = top / "outside"
+        outside.write_text("x")
+        os.chmod(outside, 0o600)
+        (top / "ws" / "d").mkdir(parents=True)
+        (top / "ws" / "d" / "link").symlink_to(outside)
+        os.chmod(top / "ws" / "d", 0o555)
+        argv = [sys.executable, "-c", REMOVE, str(top)]
+        if os.geteuid() == 0:
+            for p in (top, outside, top / "ws", top / "ws" / "d"):
+                os.lchown(p, 65534, 65534)
+            os.lchown(top / "ws" / "d" / "link", 65534, 65534)
+            argv = [
+                "setpriv",
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                "/usr/bin/python3",
+                *argv[1:],
+            ]  # fmt: skip  (root's own Python: unreadable)
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        r = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        assert r.returncode == 0, r.stderr
+        assert not (top / "ws").exists() and oct(outside.stat().st_mode & 0o777) == "0o600"
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

@@ -133,12 +133,15 @@ class SweEnv:
         return self._sandbox
 
     def tasks(self) -> list[Task]:
+        """Every task of the pack (`data_dir`)."""
         return list(load_pack(self.data_dir))
 
     def tool_specs(self, task: Task) -> list[ToolSpec]:
+        """`bash` and `submit` (tool protocol); none for the text protocol."""
         return [] if self.protocol == "text" else TOOLS
 
     def system_prompt(self, task: Task) -> str:
+        """The protocol's instructions, with the task's turn limit."""
         return system_prompt(self.protocol, task.max_steps)
 
     def parse_reply(self, reply: PolicyReply) -> ParseResult:
@@ -153,6 +156,8 @@ class SweEnv:
         return parsed
 
     def reset(self, task: Task, *, seed: int | None = None) -> Observation:
+        """A fresh workspace at the task's baseline commit; the issue as the first
+        observation (an `infra_error` observation when the workspace cannot be made)."""
         self.close()
         self.task, self.steps = task, 0
         try:
@@ -209,6 +214,8 @@ class SweEnv:
         return StepResult(Observation(text), done=True)
 
     def step(self, action: Action) -> StepResult:
+        """Run a `bash` command in its own sandbox, or `submit` (so does a command whose
+        output starts with the sentinel, in both protocols, as upstream)."""
         assert self.base is not None, "step() before reset()"
         self.steps += 1
         if action.tool == "submit":
@@ -237,6 +244,7 @@ class SweEnv:
         self.patch_note = warnings.strip() or None
 
     def evaluate(self) -> Verdict:
+        """The verifier on the submitted patch (taken now if the agent never submitted)."""
         assert self.task is not None and self.base is not None, "evaluate() before reset()"
         try:
             if self.patch is None:  # never submitted: take the workspace as it is now
@@ -252,9 +260,11 @@ class SweEnv:
         return verdict
 
     def outcome_reward(self, verdict: Verdict) -> float:
+        """+1 resolved, -1 otherwise."""
         return binary_reward(verdict.success)
 
     def close(self) -> None:
+        """Idempotent: remove the workspace and the private baseline."""
         if self.base is not None:
             _remove(self.base.workspace)
             _remove(self.base.private)
@@ -262,6 +272,7 @@ class SweEnv:
         self.patch, self.patch_note = None, None
 
     def oracle_replies(self, task: Task) -> list[PolicyReply]:
+        """`git apply` of the task's solution.patch (a heredoc), then the submission."""
         patch = (Path(task.data["dir"]) / "solution.patch").read_text()
         apply = f"git apply <<'CLAWRL_PATCH_EOF'\n{patch}CLAWRL_PATCH_EOF"
         if self.protocol == "text":

@@ -178,11 +178,20 @@ def read_capped(path: Path, limit: int) -> bytes:
 
 
 def remove_tree(path: Path) -> None:
-    """Remove a folder the agent may have made read-only in places; quiet if gone."""
+    """Remove a folder the agent may have made read-only in places; quiet if gone.
+
+    On an error only real folders of the tree are unlocked: the failing entry's parent
+    (rmtree never descends through links) and the entry itself when it is a folder. A
+    plain `chmod` of the entry would follow an agent-made link to a host file."""
+    root = os.path.realpath(path)
 
     def unlock(func, p, exc):  # type: ignore[no-untyped-def]
-        os.chmod(p, 0o700)
+        parent = os.path.dirname(p)
+        if parent.startswith(root) and not os.path.islink(parent):
+            os.chmod(parent, 0o700)
+        if not os.path.islink(p) and os.path.isdir(p):
+            os.chmod(p, 0o700)
         func(p)
 
-    if path.exists():
+    if os.path.lexists(path):
         shutil.rmtree(path, onerror=unlock)
