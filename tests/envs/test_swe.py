@@ -143,6 +143,7 @@ def test_text_protocol_wants_exactly_one_bash_block() -> None:
 def test_observations_and_the_per_command_sandbox() -> None:
     t = task("paginate-last-page")
     env = SweEnv(command_timeout_s=2)
+    assert "killed after 2 s" in env.system_prompt(t) and "at most 15 turns" in env.system_prompt(t)
     ep, seen = observations(env, t, [
         bash("cd /tmp && export X=1 && echo moved"),
         bash('pwd; echo "X=$X"; echo oops >&2; exit 3'),

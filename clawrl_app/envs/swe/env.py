@@ -124,7 +124,7 @@ class SweEnv:
         self.base: Baseline | None = None
         self.steps = 0
         self.patch: FilteredPatch | None = None
-        self.patch_note: str | None = None  # why there is no patch (the agent's doing)
+        self.patch_note: str | None = None  # git's warnings, or why there is no patch
 
     @property
     def sandbox(self) -> Sandbox:
@@ -142,7 +142,7 @@ class SweEnv:
 
     def system_prompt(self, task: Task) -> str:
         """The protocol's instructions, with the task's turn limit."""
-        return system_prompt(self.protocol, task.max_steps)
+        return system_prompt(self.protocol, task.max_steps, self.command_timeout_s)
 
     def parse_reply(self, reply: PolicyReply) -> ParseResult:
         """The runner's hook for this env's replies: one ```bash block (text protocol), or
