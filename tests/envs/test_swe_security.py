@@ -122,6 +122,17 @@ def test_a_forged_junit_file_cannot_fake_a_pass() -> None:
     assert set(v.details["tests"].values()) == {"missing"}
 
 
+def test_a_junit_path_turned_into_a_link_is_a_failure_not_an_infra_error() -> None:
+    swap = (
+        "import os, sys\n"
+        "os.symlink('/tmp/elsewhere.xml', sys.argv[sys.argv.index('--junitxml') + 1])\n"
+    )
+    ep, _ = episode("slugify-accents", SLUG_FIX, f"cat >> textkit/__init__.py <<'EOF'\n{swap}EOF")
+    v = ep.verdict
+    assert v is not None and ep.outcome_reward == -1.0
+    assert "wrote no results with the patch applied" in v.details["problem"]
+
+
 def test_a_symlink_in_the_patch_leaks_no_host_data(tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("SECRET-4242")

@@ -160,10 +160,11 @@ def compute_patch(sandbox: Sandbox, base: Baseline, timeout_s: float = 60.0) -> 
 
 
 def read_capped(path: Path, limit: int) -> bytes:
-    """Up to `limit + 1` bytes of a regular file, never through a link; b"" if absent."""
+    """Up to `limit + 1` bytes of a regular file, never through a link; b"" if absent (or
+    a link, which sandboxed code may have put there: ELOOP)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return b""
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
