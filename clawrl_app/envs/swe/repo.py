@@ -104,7 +104,7 @@ def make_workspace(repo: Path, root: Path | None = None) -> Baseline:
             ("user.email", IDENTITY["email"]),
             ("commit.gpgsign", "false"),
         ):
-            _host_git(["config", key, value], ws)  # fmt: skip
+            _host_git(["config", key, value], ws)
         _host_git(["add", "-A"], ws)
         _host_git(["commit", "-q", "--no-verify", "-m", "baseline"], ws)
         commit = _host_git(["rev-parse", "HEAD"], ws)
