@@ -28,12 +28,13 @@ from clawrl_app.envs.base import (
     EpisodeStatus,
     Observation,
     Policy,
+    PolicyReply,
     Task,
     TurnRecord,
     Verdict,
 )
 from clawrl_app.envs.judge import StepJudge
-from clawrl_app.envs.parsing import parse_reply
+from clawrl_app.envs.parsing import ParseResult, parse_reply
 from clawrl_app.envs.sandbox.base import SandboxError
 
 
@@ -169,6 +170,8 @@ def _loop(
     specs = env.tool_specs(task)
     tools = [s.openai() for s in specs]
     fences = getattr(env, "fence_tools", None)
+    # an env with its own reply format (swe's text protocol: one ```bash block per reply)
+    own_parser: Callable[[PolicyReply], ParseResult] | None = getattr(env, "parse_reply", None)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": env.system_prompt(task)},
         {"role": "user", "content": first.text},
@@ -188,7 +191,7 @@ def _loop(
             raise _Abort(f"the policy failed: {type(exc).__name__}: {exc}") from exc
         rec = TurnRecord(step, sent, reply.text, meta=dict(reply.meta))
         ep.turns.append(rec)
-        parsed = parse_reply(reply, specs, fences)
+        parsed = own_parser(reply) if own_parser else parse_reply(reply, specs, fences)
         assistant: dict[str, Any] = {"role": "assistant", "content": reply.text}
         if parsed.native and reply.tool_calls:
             assistant["tool_calls"] = reply.tool_calls
@@ -196,7 +199,11 @@ def _loop(
         if parsed.error:
             parse_errors += 1
             rec.parse_error = parsed.error
-            note = f"Error: {parsed.error}. Call one of the tools with valid JSON arguments."
+            note = (
+                parsed.error
+                if own_parser
+                else f"Error: {parsed.error}. Call one of the tools with valid JSON arguments."
+            )
             if parsed.native:
                 messages += _tool_messages(reply.tool_calls, [Observation(note)] * 99)
             else:
@@ -226,6 +233,8 @@ def _loop(
                 break
         if parsed.native:
             messages += _tool_messages(reply.tool_calls, rec.observations)
+        elif not specs and len(rec.observations) == 1:  # a text protocol: the output as is
+            messages.append({"role": "user", "content": rec.observations[0].text})
         else:
             messages.append(_text_results(rec.actions, rec.observations))
         _after(rec, task, ep, judge, pool, scores, on_turn)

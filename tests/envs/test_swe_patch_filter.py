@@ -19,7 +19,8 @@ from clawrl_app.envs.swe.patch_filter import filter_patch, forbidden_reason
      ("pytest.ini", "configuration"), ("pyproject.toml", "configuration"),
      ("setup.cfg", "configuration"), ("sitecustomize.py", "configuration"),
      ("x.pth", ".pth"), ("../outside.py", "outside"), ("/etc/passwd", "outside"),
-     ("pkg/../../up.py", "outside"), (".git/hooks/pre-commit", "git")],
+     ("pkg/../../up.py", "outside"), (".git/hooks/pre-commit", "git"),
+     ("hidden_tests/helpers.py", "test"), ("hidden_tests", "test")],
 )  # fmt: skip
 def test_forbidden_paths(path: str, why: str) -> None:
     reason = forbidden_reason(path)
@@ -61,3 +62,17 @@ def test_a_real_git_diff_keeps_the_fix_and_drops_the_tampering(tmp_path: Path) -
     git("apply", "fix.patch")
     assert "return 2" in (tmp_path / "pkg" / "mod.py").read_text()
     assert "assert False" in (tmp_path / "tests" / "test_mod.py").read_text()
+
+
+def test_symbolic_links_are_dropped() -> None:
+    link = (
+        "diff --git a/pkg/data.txt b/pkg/data.txt\nnew file mode 120000\nindex 0000000..e69de29\n"
+        "--- /dev/null\n+++ b/pkg/data.txt\n@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n"
+    )
+    retarget = (
+        "diff --git a/pkg/l b/pkg/l\nindex 1111111..2222222 120000\n--- a/pkg/l\n+++ b/pkg/l\n"
+    )
+    code = "diff --git a/pkg/mod.py b/pkg/mod.py\nindex 1111111..2222222 100644\n"
+    result = filter_patch(link + retarget + code)
+    assert result.patch == code
+    assert result.dropped == ["pkg/data.txt: a symbolic link", "pkg/l: a symbolic link"]

@@ -2,7 +2,9 @@
 a pristine copy of the repo before the hidden tests run, so everything that could change
 how tests run or what they see is cut out of it first: test files, `conftest.py`, pytest
 and packaging configuration, `sitecustomize.py`/`usercustomize.py`, `.pth` files, and any
-path outside the repo. Pure functions over `git diff` text.
+path outside the repo, the verifier's `hidden_tests/` folder, and symbolic links (a link
+made by the patch could point the verifier's run at a file outside the repo). Pure
+functions over `git diff` text.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from dataclasses import dataclass, field
 FILE_HEADER = re.compile(r"^diff --git a/(.+?) b/(.+)$")
 CONFIG_FILES = {"pytest.ini", "pyproject.toml", "setup.cfg", "tox.ini", "setup.py",
                 "conftest.py", "sitecustomize.py", "usercustomize.py", "noxfile.py"}  # fmt: skip
+SYMLINK_MODE = re.compile(r"^(?:new file mode|new mode|index \S+) 120000$", re.MULTILINE)
+TEST_FOLDERS = ("tests", "test", "testing", "hidden_tests")
 SUSPICIOUS = re.compile(r"\bos\._exit\b|\bsys\.modules\b|\batexit\b|\bimport pytest\b|_pytest")
 
 
@@ -37,7 +41,7 @@ def forbidden_reason(path: str) -> str | None:
         return "test or packaging configuration"
     if name.endswith(".pth"):
         return "a .pth file (runs code at interpreter start)"
-    if any(p in ("tests", "test", "testing") for p in parts[:-1]):
+    if any(p in TEST_FOLDERS for p in parts[:-1]) or norm == "hidden_tests":
         return "a test file"
     if name.startswith("test_") or name.endswith("_test.py"):
         return "a test file"
@@ -71,6 +75,8 @@ def filter_patch(diff: str) -> FilteredPatch:
     flags: list[str] = []
     for old, new, text in split_files(diff):
         reason = forbidden_reason(old) or forbidden_reason(new)
+        if reason is None and SYMLINK_MODE.search(text):
+            reason = "a symbolic link"
         if reason is not None:
             dropped.append(f"{new}: {reason}")
             continue

@@ -1,0 +1,1 @@
+"""Batching helpers."""

@@ -1,0 +1,1 @@
+"""Retrying flaky calls."""

@@ -1,0 +1,1 @@
+"""Headline formatting."""

@@ -1,0 +1,1 @@
+"""Shortening text for narrow displays."""
