@@ -26,6 +26,7 @@ def new_workspace(files: Path | None, root: Path | None = None) -> Path:
             if src.is_symlink():
                 raise OutsideWorkspace(f"task file {src} is a link; task packs may not hold links")
         shutil.copytree(files, ws, dirs_exist_ok=True, symlinks=True)
+        os.chmod(ws, 0o700)  # copytree gave the folder the mode of `files`
     return ws
 
 
@@ -90,9 +91,40 @@ def tree_size_bytes(ws: Path) -> int:
     return sum(size for size, _ in snapshot(ws).values())
 
 
-def remove(ws: Path) -> None:
-    def unlock(func, path, exc):  # type: ignore[no-untyped-def]
-        os.chmod(path, 0o700)  # the agent may have made folders read-only
-        func(path)
+def read_capped(path: Path, limit: int) -> bytes:
+    """Up to `limit + 1` bytes of a regular file, never through a link; b"" if absent (or
+    a link, which sandboxed code may have put there: ELOOP)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return b""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        chunks, left = [], limit + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 65536))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
-    shutil.rmtree(ws, onerror=unlock)
+
+def remove_tree(path: Path) -> None:
+    """Remove a folder the agent may have made read-only in places; quiet if gone.
+
+    On an error only real folders of the tree are unlocked: the failing entry's parent
+    (rmtree never descends through links) and the entry itself when it is a folder. A
+    plain `chmod` of the entry would follow an agent-made link to a host file."""
+    root = os.path.realpath(path)
+
+    def unlock(func, p, exc):  # type: ignore[no-untyped-def]
+        parent = os.path.dirname(p)
+        if parent.startswith(root) and not os.path.islink(parent):
+            os.chmod(parent, 0o700)
+        if not os.path.islink(p) and os.path.isdir(p):
+            os.chmod(p, 0o700)
+        func(p)
+
+    if os.path.lexists(path):
+        shutil.rmtree(path, onerror=unlock)

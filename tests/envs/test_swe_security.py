@@ -194,7 +194,7 @@ def test_a_patch_that_does_not_apply_is_a_failure_not_an_infra_error(sandbox: Sa
 REMOVE = """
 import os, sys
 from pathlib import Path
-from clawrl_app.envs.swe.repo import remove_tree
+from clawrl_app.envs.workspace import remove_tree
 remove_tree(Path(sys.argv[1]) / "ws")
 """
 

@@ -39,8 +39,8 @@ from clawrl_app.envs.swe.protocol import (
     system_prompt,
 )
 from clawrl_app.envs.swe.repo import Baseline, PatchError, compute_patch, make_workspace
-from clawrl_app.envs.swe.repo import remove_tree as _remove
 from clawrl_app.envs.swe.verify import verify
+from clawrl_app.envs.workspace import remove_tree as _remove
 from clawrl_app.envs.workspace import tree_size_bytes
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "swe"

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from clawrl_app.envs.sandbox import Bind, ResourceLimits, Sandbox
-from clawrl_app.envs.workspace import new_workspace
+from clawrl_app.envs.workspace import new_workspace, read_capped, remove_tree
 
 BASELINE_DATE = "2024-01-01T00:00:00+0000"
 IDENTITY = {"name": "clawrl", "email": "clawrl@localhost"}
@@ -157,42 +156,3 @@ def compute_patch(sandbox: Sandbox, base: Baseline, timeout_s: float = 60.0) -> 
         return data.decode("utf-8", "replace"), warnings
     finally:
         remove_tree(scratch)
-
-
-def read_capped(path: Path, limit: int) -> bytes:
-    """Up to `limit + 1` bytes of a regular file, never through a link; b"" if absent (or
-    a link, which sandboxed code may have put there: ELOOP)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return b""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return b""
-        chunks, left = [], limit + 1
-        while left > 0 and (chunk := os.read(fd, min(left, 65536))):
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def remove_tree(path: Path) -> None:
-    """Remove a folder the agent may have made read-only in places; quiet if gone.
-
-    On an error only real folders of the tree are unlocked: the failing entry's parent
-    (rmtree never descends through links) and the entry itself when it is a folder. A
-    plain `chmod` of the entry would follow an agent-made link to a host file."""
-    root = os.path.realpath(path)
-
-    def unlock(func, p, exc):  # type: ignore[no-untyped-def]
-        parent = os.path.dirname(p)
-        if parent.startswith(root) and not os.path.islink(parent):
-            os.chmod(parent, 0o700)
-        if not os.path.islink(p) and os.path.isdir(p):
-            os.chmod(p, 0o700)
-        func(p)
-
-    if os.path.lexists(path):
-        shutil.rmtree(path, onerror=unlock)

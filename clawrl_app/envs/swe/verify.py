@@ -24,8 +24,9 @@ from clawrl_app.envs.base import Verdict
 from clawrl_app.envs.sandbox import Bind, ExecResult, ResourceLimits, Sandbox, SandboxError
 from clawrl_app.envs.sandbox.bwrap import python_argv
 from clawrl_app.envs.swe.patch_filter import FilteredPatch
-from clawrl_app.envs.swe.repo import GIT_ENV, SAFE_OPTIONS, read_capped, remove_tree
+from clawrl_app.envs.swe.repo import GIT_ENV, SAFE_OPTIONS
 from clawrl_app.envs.terminal.verify import parse_junit
+from clawrl_app.envs.workspace import read_capped, remove_tree
 
 MAX_XML = 1 << 20
 

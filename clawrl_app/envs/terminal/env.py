@@ -29,7 +29,7 @@ from clawrl_app.envs.workspace import (
     changed,
     new_workspace,
     read_text_capped,
-    remove,
+    remove_tree,
     snapshot,
     tree_size_bytes,
     write_text,
@@ -194,7 +194,7 @@ class TerminalEnv:
 
     def close(self) -> None:
         if self.ws is not None:
-            remove(self.ws)
+            remove_tree(self.ws)
             self.ws = None
 
     def oracle_replies(self, task: Task) -> list[PolicyReply]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from clawrl_app.envs.base import Verdict
 from clawrl_app.envs.sandbox import Bind, ResourceLimits, Sandbox, SandboxError
 from clawrl_app.envs.sandbox.bwrap import python_argv
+from clawrl_app.envs.workspace import read_capped
 
 MAX_XML = 1 << 20
 
@@ -42,12 +43,13 @@ def run_verifier(sandbox: Sandbox, workspace: Path, tests: Path, timeout_s: floa
             env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},  # the app's own plugins: 1 s each run
             limits=ResourceLimits(wall_s=timeout_s, cpu_s=int(timeout_s) + 5), cwd="/tmp",
         )  # fmt: skip
-        xml_file = results / "junit.xml"
-        if not xml_file.is_file() or xml_file.stat().st_size > MAX_XML:
+        # never through a link: the tests run the agent's code, which can replace the file
+        data = read_capped(results / "junit.xml", MAX_XML)
+        if not data or len(data) > MAX_XML:
             return Verdict(0.0, False, {"output": r.stdout[-2000:] + r.stderr[-2000:]},
                            infra_error=f"the verifier wrote no results (exit {r.exit_code})")  # fmt: skip
         try:
-            tests_run = parse_junit(xml_file.read_text(errors="replace"))
+            tests_run = parse_junit(data.decode("utf-8", "replace"))
         except ET.ParseError as exc:
             return Verdict(0.0, False, infra_error=f"unreadable verifier results: {exc}")
     except SandboxError as exc:
