@@ -98,8 +98,8 @@ class EpisodePage:
             self._log_error(msg.text)
 
     def _log_error(self, text: str) -> None:
-        if len(self.console) < 50:
-            self.console.append(text[:200])
+        if len(self.console) < 50:  # one line each: page text must not forge our header lines
+            self.console.append(" ".join(str(text).split())[:200])
 
     def _download(self, download: Any) -> None:
         self.counters["downloads_refused"] += 1
