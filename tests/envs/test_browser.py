@@ -8,18 +8,21 @@ One env with `keep_browser=True` is shared by most tests to keep the time down."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from clawrl_app.envs import make_env
-from clawrl_app.envs.base import Action, EpisodeStatus, PolicyReply, Task, TurnRecord
+from clawrl_app.envs.base import Action, Episode, EpisodeStatus, PolicyReply, Task, TurnRecord
 from clawrl_app.envs.browser.env import BrowserEnv
 from clawrl_app.envs.browser.evaluators import evaluate_spec
 from clawrl_app.envs.browser.launcher import find_chromium, playwright_available
@@ -58,11 +61,21 @@ def test_the_pack_has_five_sites_infeasible_and_heldout_tasks(env: BrowserEnv) -
 
 
 def test_the_oracle_solves_every_task(env: BrowserEnv) -> None:
-    failed = []
-    for task in env.tasks():
-        ep = run_episode(env, task, oracle_policy(env, task))
-        if (ep.status, ep.outcome_reward) != (EpisodeStatus.COMPLETED, 1.0):
-            failed.append((task.id, ep.status, ep.reason, ep.verdict))
+    tasks = env.tasks()
+    second = BrowserEnv(keep_browser=True)  # two browsers, one per core
+
+    def solve(e: BrowserEnv, chunk: list[Task]) -> list[tuple[Task, Episode]]:
+        return [(t, run_episode(e, t, oracle_policy(e, t))) for t in chunk]
+
+    try:
+        with ThreadPoolExecutor(2) as ex:
+            parts = ex.map(solve, [env, second], [tasks[::2], tasks[1::2]])
+            done = [pair for part in parts for pair in part]
+    finally:
+        second.shutdown()
+    assert len(done) == len(tasks)
+    failed = [(t.id, ep.status, ep.reason, ep.verdict) for t, ep in done
+              if (ep.status, ep.outcome_reward) != (EpisodeStatus.COMPLETED, 1.0)]  # fmt: skip
     assert failed == []
 
 
@@ -137,7 +150,7 @@ def test_snapshot_lines_and_refs_are_stable_and_point_at_their_elements(env: Bro
     box = _ref(_line(todo, 'textbox "New todo"'))
     heading = _line(todo, 'heading "Todos"')
     out = env.step(Action("type", {"ref": box, "text": "Feed the cat", "submit": True}))
-    assert heading in out.observation.text and '+ [' in out.observation.text
+    assert heading in out.observation.text and "+ [" in out.observation.text
     assert 'checkbox "Feed the cat" checked=false' in out.observation.text
     env.close()
 
@@ -164,11 +177,15 @@ def test_bad_arguments_are_the_policys_fault_and_points_can_be_clicked(env: Brow
         assert not out.done and "page:" in out.observation.text, action
     assert "options: 'Free', 'Pro', 'Team'" in env.step(bad[3]).observation.text
     register = _ref(_line(text, 'button "Register"'))
-    box = env._call(lambda _b: env._page.page.locator(f'[data-clawrl-ref="{register}"]').bounding_box())
+    box = env._call(
+        lambda _b: env._page.page.locator(f'[data-clawrl-ref="{register}"]').bounding_box()
+    )
     x, y = int((box["x"] + 5) * 1000 / 1280), int((box["y"] + 5) * 1000 / 800)
     out = env.step(Action("click", {"x": x, "y": y}))
     assert out.observation.error is None and "Error: enter your full name" in out.observation.text
-    assert env.step(Action("press", {"keys": ["Tab", "Shift+Tab", "Space"]})).observation.error is None
+    assert (
+        env.step(Action("press", {"keys": ["Tab", "Shift+Tab", "Space"]})).observation.error is None
+    )
     assert env.step(Action("scroll", {"dy": 300})).observation.error is None
     env.close()
 
@@ -263,10 +280,8 @@ def test_close_leaves_no_browser_process_and_is_idempotent() -> None:
     procs = env.runtime.processes()
     names = set()
     for pid in procs:
-        try:
-            names.add(open(f"/proc/{pid}/comm").read().strip())
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            names.add(Path(f"/proc/{pid}/comm").read_text().strip())
     assert any("chrom" in n for n in names), names
     env.close()
     env.close()

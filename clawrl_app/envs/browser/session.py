@@ -66,7 +66,8 @@ class EpisodePage:
         self.page.on("pageerror", lambda exc: self._log_error(f"uncaught: {exc}"))
         self.page.on("download", self._download)
         self.context.on("page", self._popup)  # after new_page: only other pages are popups
-        self.page.goto(self.server.url(start), wait_until="load")
+        self.start_url = self.server.url(start)
+        self.page.goto(self.start_url, wait_until="load")
 
     # --- what the page does on its own -------------------------------------------------
     def _own(self, url: str) -> bool:
@@ -131,8 +132,22 @@ class EpisodePage:
                     raise
         raise AssertionError("unreachable")
 
+    def _stay_on_site(self) -> None:
+        """A navigation off the site was aborted and left Chromium's error page: go back to
+        the page before it (or the start page) and say so."""
+        with contextlib.suppress(Exception):
+            self.page.wait_for_load_state("load", timeout=NAV_TIMEOUT_MS)
+        if self._own(self.page.url):
+            return
+        self.notes.append("a navigation off this site was blocked")
+        with contextlib.suppress(Exception):
+            self.page.go_back(wait_until="load", timeout=NAV_TIMEOUT_MS)
+        if not self._own(self.page.url):
+            self.page.goto(self.start_url, wait_until="load")
+
     def observe(self, summary: str, error: str | None = None) -> Observation:
         """The next state: what was done, url, title, changes, page notes, the snapshot."""
+        self._stay_on_site()
         snap = self._settle()
         changes = diff_lines(self.last, snap)
         lines = [f"error: {error}" if error else summary, f"url: {snap.url}",
