@@ -8,7 +8,9 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -25,6 +27,8 @@ if not playwright_available():
 if find_chromium() is None:
     pytest.skip("Chromium is missing: apt-get install -y chromium", allow_module_level=True)
 
+# The hung-browser test abandons its stuck thread's event loop: a coroutine left unawaited.
+pytestmark = pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
 DOWNLOAD = "clawrl-download-probe-7f3a.bin"
 
 
@@ -74,6 +78,7 @@ def env(
 <button id="dialogs" onclick="alert('hi'); document.getElementById('out').textContent =
   'confirm=' + confirm('sure?') + ' prompt=' + prompt('name?')">Dialogs</button>
 <button id="popup" onclick="window.open('index.html')">Popup</button>
+<button id="hang" onclick="while (true) {{}}">Hang</button>
 <p id="out">nothing yet</p>""")
     (site / DOWNLOAD).write_bytes(b"\0secret" * 100)
     line = {"id": "evil-01", "site": "evil", "family": "security", "instruction": "Look.",
@@ -198,3 +203,30 @@ def test_the_static_server_serves_only_regular_files_in_the_site(
     for method in ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"]:
         assert _get(server, "/index.html", method)[0] == 405, method
     assert _get(server, "/index.html", "TRACE")[0] == 501
+
+
+def test_a_crashed_or_hung_browser_is_an_infra_error_and_the_next_episode_starts_afresh(
+    env: BrowserEnv,
+) -> None:
+    task = env.tasks()[0]
+    crashy = BrowserEnv(data_dir=env.data_dir, call_timeout_s=4)
+    try:
+        first = crashy.reset(task)
+        procs = crashy.runtime.processes()
+        for pid in procs:  # the browser dies under the episode
+            comm = (
+                Path(f"/proc/{pid}/comm").read_text() if Path(f"/proc/{pid}/comm").exists() else ""
+            )
+            if "chrom" in comm:
+                os.kill(pid, signal.SIGKILL)
+        out = crashy.step(Action("click", {"ref": _ref(first.text, 'button "Dialogs"')}))
+        assert out.observation.infra_error, out.observation.text
+        crashy.close()
+        first = crashy.reset(task)  # a new browser
+        assert first.infra_error is None
+        t0 = time.monotonic()  # a page that never yields: the call times out, the browser is killed
+        out = crashy.step(Action("click", {"ref": _ref(first.text, 'button "Hang"')}))
+        assert out.observation.infra_error and time.monotonic() - t0 < 15
+        assert crashy.reset(task).infra_error is None
+    finally:
+        crashy.close()

@@ -29,7 +29,7 @@ from clawrl_app.envs.base import (
 )
 from clawrl_app.envs.browser.actions import TOOL_NAMES, TOOLS, browser_gone
 from clawrl_app.envs.browser.evaluators import evaluate_spec, validate_spec
-from clawrl_app.envs.browser.launcher import BrowserRuntime, BrowserUnavailable
+from clawrl_app.envs.browser.launcher import BrowserRuntime
 from clawrl_app.envs.rewards import binary_reward, pass_fraction_reward
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "browser"
@@ -106,6 +106,7 @@ class BrowserEnv:
         self.runtime = BrowserRuntime(executable)
         self.task: Task | None = None
         self._page: Any = None  # the EpisodePage; only touched on the runtime's thread
+        self._page_generation = -1  # the runtime generation that made it
         self.reset_seconds: list[float] = []
         """How long each `reset` took (the episode start-up time)."""
 
@@ -133,6 +134,7 @@ class BrowserEnv:
         t0 = time.monotonic()
         try:
             self._page = self._call(self._open, task)
+            self._page_generation = self.runtime.generation
             first = self._call(lambda _b: self._page.observe("opened the site"))
         except Exception as exc:  # no Playwright, no Chromium, a browser that would not start
             self._page = None
@@ -141,13 +143,21 @@ class BrowserEnv:
         return Observation(f"{task.instruction}\n\n{first.text}", image_png=first.image_png,
                            snapshot=first.snapshot)  # fmt: skip
 
+    def _live_page(self) -> Any:
+        """The episode's page, or None when the browser under it was killed or relaunched."""
+        if self._page is None or self._page_generation != self.runtime.generation:
+            return None
+        return self._page
+
     def step(self, action: Action) -> StepResult:
-        page = self._page
-        assert page is not None, "step() before reset()"
+        assert self._page is not None, "step() before reset()"
+        page = self._live_page()
+        if page is None:
+            return StepResult(Observation("", infra_error="the browser was restarted"))
         try:
             result: StepResult = self._call(lambda _b: page.act(action), launch=False)
-        except BrowserUnavailable as exc:
-            return StepResult(Observation("", infra_error=str(exc)))
+        except Exception as exc:  # a hung browser, or a bug of ours: not the policy's fault
+            return StepResult(Observation("", infra_error=f"{type(exc).__name__}: {exc}"))
         return result
 
     def final_answer(self, text: str) -> StepResult | None:
@@ -173,12 +183,12 @@ class BrowserEnv:
     def evaluate(self) -> Verdict:
         """The task's checks on the live page, before it is closed."""
         assert self.task is not None, "evaluate() before reset()"
-        if self._page is None:
+        if self._live_page() is None:
             return Verdict(0.0, False, infra_error="no live page to evaluate")
         try:
             verdict: Verdict = self._call(self._verdict, launch=False)
-        except BrowserUnavailable as exc:
-            return Verdict(0.0, False, infra_error=str(exc))
+        except Exception as exc:
+            return Verdict(0.0, False, infra_error=f"{type(exc).__name__}: {exc}")
         return verdict
 
     def outcome_reward(self, verdict: Verdict) -> float:
@@ -187,8 +197,10 @@ class BrowserEnv:
         return binary_reward(verdict.success)
 
     def _end_episode(self) -> None:
-        page, self._page = self._page, None
-        if page is not None:
+        live, page, self._page = self._live_page(), self._page, None
+        if page is not None and live is None:
+            page.server.stop()  # its browser is gone; its objects must not be touched
+        elif page is not None:
             try:
                 self._call(lambda _b: page.close(), launch=False)
             except Exception:

@@ -113,6 +113,9 @@ class BrowserRuntime:
         self._browser: Any = None
         self.pids: set[int] = set()
         """The processes this runtime started (driver, browser and its helpers)."""
+        self.generation = 0
+        """Bumped at each launch and kill: Playwright objects of an older generation are
+        dead (and belong to another thread's event loop): never touch them again."""
         self._lock = threading.Lock()
 
     @property
@@ -150,6 +153,7 @@ class BrowserRuntime:
         exe = self.executable or find_chromium()
         if exe is None:
             raise BrowserUnavailable(f"no chromium found; {INSTALL_HINT}")
+        self.generation += 1
         with _LAUNCH_LOCK:  # one launch at a time, so the new processes are this one's
             before = descendants(os.getpid())
             try:
@@ -184,6 +188,7 @@ class BrowserRuntime:
 
     def _kill(self) -> None:
         """SIGKILL what is left of this runtime's processes, without its thread's help."""
+        self.generation += 1
         for pid in sorted(self.processes()):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)

@@ -186,7 +186,9 @@ class EpisodePage:
             except ActionError as exc:
                 summary, error = "", str(exc)
             return StepResult(self.observe(summary, error), info=self.info())
-        except BrowserCrashed as exc:
+        except Exception as exc:
+            if not isinstance(exc, BrowserCrashed) and not browser_gone(self.page):
+                raise
             return StepResult(Observation("", infra_error=str(exc)), info=self.info())
 
     def ref_for(self, selector: str) -> str:
