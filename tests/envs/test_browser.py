@@ -14,7 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from clawrl_app.envs import make_env
-from clawrl_app.envs.base import Action, Episode, EpisodeStatus, PolicyReply, Task, TurnRecord
+from clawrl_app.envs.base import Action, EpisodeStatus, PolicyReply, Task, TurnRecord
 from clawrl_app.envs.browser.env import BrowserEnv
 from clawrl_app.envs.browser.evaluators import evaluate_spec
 from clawrl_app.envs.browser.launcher import find_chromium, playwright_available
@@ -60,37 +60,49 @@ def test_the_pack_has_five_sites_infeasible_and_heldout_tasks(env: BrowserEnv) -
         assert t.data.get("infeasible") or t.data["oracle"], t.id
 
 
-def test_the_oracle_solves_every_task(env: BrowserEnv) -> None:
-    tasks = env.tasks()
-    second = BrowserEnv(keep_browser=True)  # two browsers, one per core
+def _on_two_browsers(
+    env: BrowserEnv, tasks: list[Task], fn: Callable[[BrowserEnv, Task], Any]
+) -> list[tuple[Task, Any]]:
+    """`fn(env, task)` for every task, half of them on a second browser (one per core)."""
+    second = BrowserEnv(keep_browser=True)
 
-    def solve(e: BrowserEnv, chunk: list[Task]) -> list[tuple[Task, Episode]]:
-        return [(t, run_episode(e, t, oracle_policy(e, t))) for t in chunk]
+    def run(e: BrowserEnv, chunk: list[Task]) -> list[tuple[Task, Any]]:
+        return [(t, fn(e, t)) for t in chunk]
 
     try:
         with ThreadPoolExecutor(2) as ex:
-            parts = ex.map(solve, [env, second], [tasks[::2], tasks[1::2]])
-            done = [pair for part in parts for pair in part]
+            parts = ex.map(run, [env, second], [tasks[::2], tasks[1::2]])
+            return [pair for part in parts for pair in part]
     finally:
         second.shutdown()
+
+
+def test_the_oracle_solves_every_task(env: BrowserEnv) -> None:
+    tasks = env.tasks()
+    done = _on_two_browsers(env, tasks, lambda e, t: run_episode(e, t, oracle_policy(e, t)))
     assert len(done) == len(tasks)
     failed = [(t.id, ep.status, ep.reason, ep.verdict) for t, ep in done
               if (ep.status, ep.outcome_reward) != (EpisodeStatus.COMPLETED, 1.0)]  # fmt: skip
     assert failed == []
 
 
+def _noop(env: BrowserEnv, task: Task) -> tuple[float | None, float]:
+    """(probe score on the start page for infeasible tasks, reward of terminate(success))."""
+    first = env.reset(task)
+    assert first.infra_error is None and task.instruction in first.text
+    probe = None
+    if task.data.get("infeasible"):  # the site really cannot do it
+        probe, _ = env._call(lambda _b: evaluate_spec(env._page.page, task.data["probe"]))
+    assert env.step(Action("terminate", {"status": "success"})).done
+    reward = env.outcome_reward(env.evaluate())
+    env.close()
+    return probe, reward
+
+
 def test_a_noop_fails_every_task_and_infeasible_probes_fail_on_the_site(env: BrowserEnv) -> None:
-    for task in env.tasks():
-        first = env.reset(task)
-        assert first.infra_error is None and task.instruction in first.text
-        if task.data.get("infeasible"):  # the site really cannot do it
-            score, _ = env._call(lambda _b, t=task: evaluate_spec(env._page.page, t.data["probe"]))
-            assert score == 0.0, task.id
-        out = env.step(Action("terminate", {"status": "success"}))
-        assert out.done
-        verdict = env.evaluate()
-        assert not verdict.success and env.outcome_reward(verdict) == -1.0, task.id
-        env.close()
+    for task, (probe, reward) in _on_two_browsers(env, env.tasks(), _noop):
+        assert reward == -1.0, task.id
+        assert probe in (None, 0.0), task.id
 
 
 def test_infeasible_needs_terminate_failure_not_running_out_of_steps(env: BrowserEnv) -> None:

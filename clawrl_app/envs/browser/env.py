@@ -95,7 +95,10 @@ class BrowserEnv:
         reward: str = "binary",
         executable: str | None = None,
         call_timeout_s: float = 60.0,
+        allow_unsafe: bool = False,
     ) -> None:
+        # `allow_unsafe` (the CLI's flag for the shell envs) changes nothing here: the
+        # browser needs no OS sandbox, its isolation is the context and the route filter.
         if reward not in ("binary", "score"):
             raise ValueError(f"reward must be binary or score, not {reward!r}")
         self.data_dir = Path(data_dir) if data_dir else DATA
@@ -111,6 +114,7 @@ class BrowserEnv:
         """How long each `reset` took (the episode start-up time)."""
 
     def tasks(self) -> list[Task]:
+        """Every task of the pack (`tasks.jsonl` beside `sites/`)."""
         return list(load_tasks(self.data_dir))
 
     def tool_specs(self, task: Task) -> list[ToolSpec]:

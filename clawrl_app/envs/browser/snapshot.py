@@ -90,6 +90,7 @@ SNAPSHOT_JS = r"""
   const stateOf = (el, role) => {
     const parts = [];
     if (role === 'heading') parts.push('level=' + el.tagName[1]);
+    if (role === 'tab') parts.push('selected=' + (el.getAttribute('aria-selected') === 'true'));
     if (role === 'link') {
       const href = el.getAttribute('href') || '';
       let shown = href;
