@@ -118,9 +118,11 @@ class BrowserEnv:
         return list(load_tasks(self.data_dir))
 
     def tool_specs(self, task: Task) -> list[ToolSpec]:
+        """The closed action set, the same for every task."""
         return TOOLS
 
     def system_prompt(self, task: Task) -> str:
+        """How to read the snapshot and act, and the turn limit."""
         return SYSTEM.format(tools=", ".join(t.name for t in TOOLS), turns=task.max_steps)
 
     def _call(self, fn: Any, *args: Any, launch: bool = True) -> Any:
@@ -133,6 +135,8 @@ class BrowserEnv:
                            screenshot=self.screenshot)  # fmt: skip
 
     def reset(self, task: Task, *, seed: int | None = None) -> Observation:
+        """Serve the task's site, open its start page in a fresh context; the instruction
+        and the first snapshot. A browser that cannot start is an `infra_error`."""
         self._end_episode()
         self.task = task
         t0 = time.monotonic()
@@ -154,6 +158,8 @@ class BrowserEnv:
         return self._page
 
     def step(self, action: Action) -> StepResult:
+        """One action on the live page; the next state (an error observation for the
+        policy's mistakes, an `infra_error` when the browser failed)."""
         assert self._page is not None, "step() before reset()"
         page = self._live_page()
         if page is None:
@@ -165,6 +171,7 @@ class BrowserEnv:
         return result
 
     def final_answer(self, text: str) -> StepResult | None:
+        """A reply without a tool call just ends the episode."""
         return None  # a reply without a tool call ends the episode (not a terminate)
 
     def _verdict(self, _browser: Any) -> Verdict:
@@ -196,6 +203,7 @@ class BrowserEnv:
         return verdict
 
     def outcome_reward(self, verdict: Verdict) -> float:
+        """+1 / -1 by default; `reward="score"`: 2 * score - 1."""
         if self.reward == "score":
             return pass_fraction_reward(verdict.score)
         return binary_reward(verdict.success)

@@ -120,6 +120,7 @@ class BrowserRuntime:
 
     @property
     def running(self) -> bool:
+        """Whether a browser is up (until `stop()` or a kill)."""
         return self._browser is not None
 
     def call(
