@@ -11,6 +11,7 @@ thread (see launcher.py).
 from __future__ import annotations
 
 import contextlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,9 @@ class EpisodePage:
         )  # fmt: skip
         self.context.set_default_timeout(ACTION_TIMEOUT_MS)
         self.context.set_default_navigation_timeout(NAV_TIMEOUT_MS)
-        self.context.route("**/*", self._route)
+        # Only requests that are not for the site server reach Python (and are aborted):
+        # the pattern runs in the driver, so the site's own files load without a detour.
+        self.context.route(re.compile("^(?!" + re.escape(self.origin) + "/)"), self._route)
         if hasattr(self.context, "route_web_socket"):  # Playwright >= 1.48
             self.context.route_web_socket("**/*", self._route_ws)
         self.page = self.context.new_page()
