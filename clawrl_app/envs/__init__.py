@@ -13,6 +13,7 @@ from clawrl_app.envs.base import Env
 ENV_FACTORIES: dict[str, str] = {
     "terminal": "clawrl_app.envs.terminal.env:TerminalEnv",
     "toolcall": "clawrl_app.envs.toolcall.env:ToolcallEnv",
+    "browser": "clawrl_app.envs.browser.env:BrowserEnv",
     "swe": "clawrl_app.envs.swe.env:SweEnv",
 }
 

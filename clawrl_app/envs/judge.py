@@ -16,6 +16,7 @@ from clawrl_app.envs.parsing import last_boxed
 
 FAILURE_TEXT = re.compile(r"command not found|Traceback \(most recent call last\)|No such file")
 CHANGED_RE = re.compile(r"files changed: (.+)")
+PAGE_UNCHANGED_RE = re.compile(r"^changes: none$", re.MULTILINE)  # browser env's next state
 
 
 class StepJudge(Protocol):
@@ -36,7 +37,8 @@ def _signature(turn: TurnRecord) -> tuple[Any, ...]:
 
 class HeuristicJudge:
     """-1: a parse error, a tool error, a timeout, a failed command ("command not found",
-    a traceback), or the previous turn repeated with the same result. +1: a tool call that
+    a traceback), the previous turn repeated with the same result, or a browser action
+    after which the page snapshot did not change. +1: a tool call that
     ran cleanly and, for file tasks, changed a file the instruction names. 0 otherwise
     (a final answer is the verifier's business)."""
 
@@ -52,6 +54,9 @@ class HeuristicJudge:
                 return -1.0
         if history and _signature(history[-1]) == _signature(turn):
             return -1.0
+        if any(o.snapshot is not None and PAGE_UNCHANGED_RE.search(o.text)
+               for o in turn.observations):  # fmt: skip
+            return -1.0  # a browser action that left the page as it was
         if any(o.exit_code not in (None, 0) for o in turn.observations):
             return 0.0
         changed = [m for o in turn.observations for m in CHANGED_RE.findall(o.text)]
