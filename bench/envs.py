@@ -10,10 +10,13 @@ For each env (`--envs terminal,toolcall`), on a fresh engine home with training 
    minute, and the share of episodes dropped as infrastructure failures (goal 0).
 3. Held-out success again with the same seeds, once the newest checkpoint is served.
 4. Sandbox launch overhead per command (bubblewrap vs a plain subprocess; goal <= 30 ms),
-   and the oracle's success on every shipped task (the packs themselves are sound).
+   the oracle's success on every shipped task (the packs themselves are sound), and for
+   the browser env the episode start-up time (`reset`: cold = a new env, as each rollout
+   episode is, which launches Chromium; warm = a fresh context in a running browser;
+   goal <= 3 s).
 
 Prints one markdown table. Run: `CLAWRL_HOME=/tmp/clawrl-test-cache .venv/bin/python
-bench/envs.py [--envs toolcall,terminal] [--steps 4] [--heldout-limit 0]`
+bench/envs.py [--envs toolcall,terminal,swe,browser] [--steps 4] [--heldout-limit 0]`
 (`CLAWRL_HOME` only locates the converted embedded model; each env gets a fresh home.)
 """
 
@@ -51,10 +54,38 @@ def oracle_rate(env_name: str) -> tuple[int, int]:
     env = make_env(env_name)
     ok = 0
     tasks = env.tasks()
-    for task in tasks:
-        ep = run_episode(make_env(env_name), task, oracle_policy(env, task))
-        ok += bool(ep.verdict and ep.verdict.success)
+    try:
+        for task in tasks:
+            ep = run_episode(make_env(env_name), task, oracle_policy(env, task))
+            ok += bool(ep.verdict and ep.verdict.success)
+    finally:
+        env.close()  # the browser env replays its oracle in a browser of its own
     return ok, len(tasks)
+
+
+def browser_startup(cold_runs: int = 3, warm_runs: int = 10) -> tuple[float, float]:
+    """Median episode start-up of the browser env, in seconds: (cold, warm)."""
+    import statistics
+
+    task = make_env("browser").tasks()[0]
+    cold = []
+    for _ in range(cold_runs):
+        env = make_env("browser")
+        t0 = time.monotonic()
+        first = env.reset(task)
+        cold.append(time.monotonic() - t0)
+        env.close()
+        if first.infra_error:
+            raise RuntimeError(first.infra_error)
+    env = make_env("browser", keep_browser=True)
+    try:
+        env.reset(task)  # launches the browser
+        for _ in range(warm_runs):
+            env.reset(task)
+        warm = env.reset_seconds[1:]  # type: ignore[attr-defined]
+    finally:
+        env.shutdown()  # type: ignore[attr-defined]
+    return statistics.median(cold), statistics.median(warm)
 
 
 def wait_served(client: EngineClient, timeout_s: float = 300) -> str:
@@ -142,7 +173,7 @@ def bench_env(name: str, args: argparse.Namespace, model_dir: Path) -> dict[str,
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--envs", default="toolcall,terminal")
+    ap.add_argument("--envs", default="toolcall,terminal,swe,browser")
     ap.add_argument("--steps", type=int, default=4, help="env-training checkpoints per env")
     ap.add_argument("--max-rounds", type=int, default=20, help="give up after this many rounds")
     ap.add_argument("--group-size", type=int, default=4)
@@ -161,13 +192,23 @@ def main(argv: list[str] | None = None) -> int:
     from clawrl_app.envs.sandbox.probe import launch_overhead_ms
 
     overhead = launch_overhead_ms(20)
+    startup = None
     for name in [n.strip() for n in args.envs.split(",") if n.strip()]:
         ok, n = oracle_rate(name)
         progress(f"{name}: oracle {ok}/{n}")
+        if name == "browser":
+            startup = browser_startup()
+            progress(f"browser episode start-up: cold {startup[0]:.2f} s, warm {startup[1]:.2f} s")
         row = bench_env(name, args, model.path)
         row["oracle"] = f"{ok}/{n}"
         rows.append(row)
-    print(f"sandbox launch overhead per command (bubblewrap - plain): {overhead:.1f} ms\n")
+    print(f"sandbox launch overhead per command (bubblewrap - plain): {overhead:.1f} ms")
+    if startup is not None:
+        print(
+            f"browser episode start-up (median): cold {startup[0]:.2f} s (new env: Chromium "
+            f"launch), warm {startup[1]:.2f} s (fresh context in a running browser)"
+        )
+    print()
     print("| env | oracle solves | held-out before | env training | held-out after | "
           "episodes/min | dropped (infra) | samples (non-zero advantage) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")

@@ -21,7 +21,8 @@ def add_env_parser(sub: Any) -> None:
     p = sub.add_parser(
         "env",
         help="agentic environments: list, run an episode, train on rollouts, evaluate",
-        description="Agentic environments (terminal, tool calls): the app learns from rollouts "
+        description="Agentic environments (terminal, tool calls, code repair, browser): the app "
+        "learns from rollouts "
         "the way it learns from conversations.",
     )
     esub = p.add_subparsers(dest="env_command", metavar="SUBCOMMAND", required=True)
@@ -133,6 +134,10 @@ def _list(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> 
     except Exception as exc:  # the listing still helps without a sandbox
         sandbox = f"unavailable ({exc})"
     print(f"sandbox: {sandbox}")
+    from clawrl_app.engine.env_jobs import browser_status
+
+    browser = browser_status()
+    print(f"browser: {'ok' if browser['ok'] else 'unavailable'} ({browser['detail']})")
     print(f"{'env':<10} {'tasks':>5} {'train':>5} {'heldout':>7}  families")
     for name in env_names():
         try:
