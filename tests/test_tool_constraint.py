@@ -132,6 +132,15 @@ def test_choices_that_cannot_be_honoured_are_400(tools: Any, choice: Any, match:
     assert err.value.status == 400 and err.value.type == "invalid_request_error"
 
 
+def test_a_schema_nested_too_deep_is_400_not_a_crash() -> None:
+    deep: dict[str, Any] = {"type": "object"}
+    for _ in range(5000):
+        deep = {"type": "object", "properties": {"a": deep}}
+    with pytest.raises(ApiError, match="nests too deeply") as err:
+        forced_call_schema([tool("f", deep)], "required")
+    assert err.value.status == 400
+
+
 def test_a_schema_the_grammar_engine_cannot_enforce_is_400() -> None:
     schema = forced_call_schema([tool("f", {"type": "strang"})], "required")
     assert schema is not None

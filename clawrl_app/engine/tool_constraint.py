@@ -104,14 +104,19 @@ def forced_call_schema(
     if names is None:
         return None
     specs = {_tool_name(t): _function(t) for t in tools or []}
-    if len(names) == 1:
-        return _call_schema(names[0], specs[names[0]], "#/properties/arguments")
-    return {
-        "anyOf": [
-            _call_schema(name, specs[name], f"#/anyOf/{i}/properties/arguments")
-            for i, name in enumerate(names)
-        ]
-    }
+    try:
+        if len(names) == 1:
+            return _call_schema(names[0], specs[names[0]], "#/properties/arguments")
+        return {
+            "anyOf": [
+                _call_schema(name, specs[name], f"#/anyOf/{i}/properties/arguments")
+                for i, name in enumerate(names)
+            ]
+        }
+    except RecursionError:  # a body may nest as deep as the JSON decoder allows
+        raise _invalid(
+            "Invalid 'tools': a parameters schema nests too deeply.", param="tools"
+        ) from None
 
 
 def grammar_of(schema_json: str) -> str:
