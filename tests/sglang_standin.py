@@ -288,7 +288,17 @@ def _validate_generate(body: Any) -> str | None:
         )
     if int(sampling.get("max_new_tokens", 128)) < 0:
         return "max_new_tokens must be at least 0"
+    schema = sampling.get("json_schema")
+    if schema is not None and not _is_json_object_text(schema):
+        return "json_schema must be a JSON schema serialized as a string"  # SGLang: str
     return None
+
+
+def _is_json_object_text(value: Any) -> bool:
+    try:
+        return isinstance(value, str) and isinstance(json.loads(value), dict)
+    except ValueError:
+        return False
 
 
 def _error(message: str, status: int) -> JSONResponse:

@@ -270,6 +270,34 @@ def test_render_named_tool_choice(fmt: ChatFormatter) -> None:
     assert "You must call the tool get_weather." in text
 
 
+@pytest.mark.parametrize(
+    ("choice", "forced"),
+    [("required", True), ({"type": "function", "function": {"name": "get_weather"}}, True),
+     ("auto", False), (None, False)],
+)  # fmt: skip
+def test_a_forced_call_ends_the_prompt_with_the_opening(
+    fmt: ChatFormatter, choice: Any, forced: bool
+) -> None:
+    """The opening is part of the prompt (the answer is constrained from there on); the
+    inline convention writes no newline after it, like rendered history."""
+    text = rendered(
+        fmt, [{"role": "user", "content": "x"}], tools=[WEATHER_TOOL], tool_choice=choice
+    )
+    assert text.endswith("<|im_start|>assistant\n<tool_call>") is forced
+    assert fmt.answer_prefix([WEATHER_TOOL], choice) == ("<tool_call>" if forced else "")
+    assert fmt.answer_prefix(None, choice) == ""  # no tools (or tool_choice "none"): nothing
+
+
+def test_a_forced_call_streams_no_content(fmt: ChatFormatter) -> None:
+    """With the opening as prefix, the constrained JSON is held back as a tool call."""
+    ids = fmt.tokenizer('{"name": "get_weather", "arguments": {}}', add_special_tokens=False)
+    inc = IncrementalText(fmt, [], True, prefix="<tool_call>")
+    assert [inc.push(t) for t in ids["input_ids"]] == [""] * len(ids["input_ids"])
+    assert inc.finish() == ""
+    (call,) = parse_answer(inc.text + "</tool_call>", True).tool_calls
+    assert call["function"] == {"name": "get_weather", "arguments": "{}"}
+
+
 def test_render_without_tools_has_no_tool_block(fmt: ChatFormatter) -> None:
     assert "You can call tools" not in rendered(fmt, [{"role": "user", "content": "x"}])
 

@@ -5,13 +5,15 @@ CPU while the model sat on `cuda:0`. Here the backend's worker thread runs under
 `DeviceGuard` (tests/device_guard.py), which fails any tensor or generator that our code
 creates without naming the model's device: the same mistakes, caught without a GPU.
 Covered: prefill, batched decode (incl. rows joining and leaving), seeded sampling,
-scoring, top-k scoring, a LoRA version through peft and as merged weights.
+scoring, top-k scoring, a LoRA version through peft and as merged weights, and a forced
+tool call (constrained decoding: the grammar mask is built on the logits' device).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -23,11 +25,14 @@ from clawrl_app.engine.backends.base import Finished, GenerationRequest, Samplin
 from clawrl_app.engine.backends.lora_merge import merged_copy
 from clawrl_app.engine.backends.sampling import continuation_logprobs, sample_next
 from clawrl_app.engine.backends.torch_backend import TorchBackend
-from clawrl_app.engine.chat_format import ChatFormatter
+from clawrl_app.engine.chat_format import TOOL_CLOSE, ChatFormatter, parse_answer
+from clawrl_app.engine.tool_constraint import forced_call_schema
 from tests.device_guard import DeviceGuard, device_guard, guarded_worker
 
 pytestmark = pytest.mark.slow
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}}}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": CITY}}]
 
 
 class GuardedBackend(TorchBackend):
@@ -82,6 +87,8 @@ def test_serving_path_creates_every_tensor_on_the_models_device(
     model, tok = loaded_model
     fmt = ChatFormatter(tok)
     ps = [fmt.render([{"role": "user", "content": q}]) for q in ("Hi", "Name two seas.")]
+    forced = fmt.render([{"role": "user", "content": "Weather in Oslo?"}], TOOLS, "required")
+    schema = json.dumps(forced_call_schema(TOOLS, "required"))
 
     async def go() -> dict[str, Any]:
         be = GuardedBackend(
@@ -89,10 +96,11 @@ def test_serving_path_creates_every_tensor_on_the_models_device(
         )
         await be.start()
         try:
-            greedy, sampled_a, sampled_b = await asyncio.gather(
+            greedy, sampled_a, sampled_b, call = await asyncio.gather(
                 answer(be, ps[0], 6, temperature=0.0),
                 answer(be, ps[1], 9, temperature=1.0, seed=7, top_p=0.9, top_logprobs=2),
                 answer(be, ps[1], 4, temperature=1.0, seed=7, top_p=0.9),
+                answer(be, forced, 40, temperature=1.0, seed=5, top_logprobs=3, json_schema=schema),
             )
             scored = await be.score(ps[0], [t.token_id for t in greedy])
             top_ids, _ = await be.score_topk(ps[0], [t.token_id for t in greedy], 3)
@@ -103,6 +111,7 @@ def test_serving_path_creates_every_tensor_on_the_models_device(
                 greedy=greedy,
                 a=sampled_a,
                 b=sampled_b,
+                call=call,
                 scored=scored,
                 top=top_ids,
                 pinned=pinned,
@@ -124,6 +133,11 @@ def test_serving_path_creates_every_tensor_on_the_models_device(
     assert r["pinned_scores"] == pytest.approx([t.logprob for t in r["pinned"]], abs=1e-4)
     assert [row[0] for row in r["top"]] == [t.token_id for t in r["greedy"]]
     assert r["health"] is None
+    # the forced call: complete JSON, then EOS, alternatives only among allowed tokens
+    text = fmt.decode([t.token_id for t in r["call"]])
+    (parsed,) = parse_answer(f"<tool_call>{text}{TOOL_CLOSE}", True).tool_calls
+    assert parsed["function"]["name"] == "get_weather"
+    assert all(lp > float("-inf") for t in r["call"] for _, lp in t.top_logprobs)
 
 
 def test_merging_an_adapter_creates_nothing_off_the_models_device(

@@ -7,6 +7,8 @@ Contract tests: SGLang needs a GPU, so these run against a stand-in that impleme
 # ruff: noqa: F403, F405
 from __future__ import annotations
 
+import json
+
 from tests.sglang_helpers import *
 
 
@@ -95,6 +97,33 @@ async def test_payload_uses_sglang_names_only(standin: StandinThread, state: Sta
     }  # fmt: skip
     assert len(tokens[0].top_logprobs) == 2
     assert tokens[0].top_logprobs[0] == (tokens[0].token_id, pytest.approx(tokens[0].logprob))
+
+
+async def test_a_forced_tool_call_sends_its_json_schema(
+    standin: StandinThread, state: StandinState
+) -> None:
+    """Contract test: SGLang needs a GPU, so this runs against a stand-in that implements SGLang 0.5.23's routes and payloads.
+
+    A constrained answer (a forced tool call) carries its schema as SGLang's documented
+    `sampling_params.json_schema`: the schema as JSON text, exactly as the endpoint built
+    it. Only a GPU run can show SGLang's grammar backend enforcing it."""
+    schema = json.dumps(
+        {
+            "type": "object",
+            "properties": {"name": {"const": "f"}, "arguments": {"type": "object"}},
+            "required": ["name", "arguments"],
+        }
+    )
+    async with started(standin) as backend:
+        await collect(backend.generate(request("r-schema", 4, json_schema=schema)))
+        await collect(backend.generate(request("r-free", 4)))
+    constrained, free = state.bodies("/generate")[-2:]
+    assert constrained["sampling_params"]["json_schema"] == schema
+    assert json.loads(constrained["sampling_params"]["json_schema"])["required"] == [
+        "name",
+        "arguments",
+    ]
+    assert "json_schema" not in free["sampling_params"]
 
 
 async def test_stop_token_ends_the_answer_and_is_included(

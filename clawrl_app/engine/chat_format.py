@@ -4,6 +4,11 @@ We apply the model's chat template ourselves so the app owns the exact prompt id
 Tools go through the template when it supports them; otherwise they are described in the
 system prompt with the common `<tool_call>{"name": ..., "arguments": ...}</tool_call>`
 convention, which is also what we parse out of answers.
+
+When `tool_choice` forces a call (`"required"` or a named function), the rendered prompt
+ends with the tool-call opening (`call_opening`) and the answer is decoded under a JSON
+schema (`tool_constraint.py`): the prompt ids therefore already hold the opening, which was
+not sampled, and the judge's re-rendered teacher prompt holds it too.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from clawrl_app.engine.sessions import message_text
 
 TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 TOOL_OPEN = "<tool_call>"
+TOOL_CLOSE = "</tool_call>"
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,10 @@ class ChatFormatter:
         self.tokenizer = tokenizer
         template = getattr(tokenizer, "chat_template", None) or ""
         self.template_has_tools = "tools" in template
+        self.call_opening = f"{TOOL_OPEN}\n" if self.template_has_tools else TOOL_OPEN
+        """What a forced call's prompt ends with. Templates that render tools themselves use
+        the Hermes/Qwen layout (`<tool_call>` + newline); the inline convention, as shown
+        in our system prompt and in rendered history, has no newline."""
 
     def normalize(
         self,
@@ -78,7 +88,8 @@ class ChatFormatter:
         tools: list[dict[str, Any]] | None = None,
         tool_choice: Any = None,
     ) -> list[int]:
-        """Prompt token ids for the request, ending with the assistant generation prompt."""
+        """Prompt token ids for the request, ending with the assistant generation prompt
+        (and the tool-call opening when `tool_choice` forces a call)."""
         norm = self.normalize(messages, tools, tool_choice)
         kwargs: dict[str, Any] = {}
         if tools and self.template_has_tools:
@@ -86,7 +97,13 @@ class ChatFormatter:
         text = self.tokenizer.apply_chat_template(
             norm, tokenize=False, add_generation_prompt=True, **kwargs
         )
+        text += self.answer_prefix(tools, tool_choice)
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def answer_prefix(self, tools: list[dict[str, Any]] | None, tool_choice: Any) -> str:
+        """The text the prompt ends with, which counts as the start of the answer: the
+        tool-call opening when a call is forced, else nothing."""
+        return self.call_opening if forces_call(tools, tool_choice) else ""
 
     def decode(self, ids: list[int]) -> str:
         """Visible text of sampled ids (special tokens such as EOS dropped)."""
@@ -95,6 +112,11 @@ class ChatFormatter:
     def token_str(self, token_id: int) -> str:
         """Text of a single token, for `logprobs` entries."""
         return str(self.tokenizer.decode([token_id], skip_special_tokens=False))
+
+
+def forces_call(tools: list[dict[str, Any]] | None, tool_choice: Any) -> bool:
+    """True when the request forces a tool call (`"required"` or a named function)."""
+    return bool(tools) and (tool_choice == "required" or isinstance(tool_choice, dict))
 
 
 def _render_call(call: dict[str, Any]) -> str:
@@ -165,19 +187,24 @@ class IncrementalText:
     stop string, and, when tools are offered, anything from `<tool_call>` on.
     """
 
-    def __init__(self, formatter: ChatFormatter, stop: list[str], tools_offered: bool) -> None:
+    def __init__(
+        self, formatter: ChatFormatter, stop: list[str], tools_offered: bool, prefix: str = ""
+    ) -> None:
         self._fmt = formatter
         self._stop = [s for s in stop if s]
         self._tools = tools_offered
+        self._prefix = prefix
+        """Answer text that came with the prompt (a forced call's opening): never streamed
+        as content, since it starts a `<tool_call>` block."""
         self.ids: list[int] = []
-        self.text = ""
+        self.text = prefix
         self.sent = 0
         self.stopped = False
 
     def push(self, token_id: int) -> str:
         """Add a token; return the new text that can be sent now."""
         self.ids.append(token_id)
-        self.text = self._fmt.decode(self.ids)
+        self.text = self._prefix + self._fmt.decode(self.ids)
         for s in self._stop:
             pos = self.text.find(s, max(0, self.sent - len(s)))
             if pos >= 0:

@@ -8,6 +8,7 @@ log-probs (never re-tokenized), the policy version, latency and usage.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -24,7 +25,13 @@ from clawrl_app.engine.backends.base import (
     TokenOut,
     UnknownVersion,
 )
-from clawrl_app.engine.chat_format import ChatFormatter, IncrementalText, parse_answer
+from clawrl_app.engine.chat_format import (
+    TOOL_CLOSE,
+    ChatFormatter,
+    IncrementalText,
+    ParsedAnswer,
+    parse_answer,
+)
 from clawrl_app.engine.cpu_share import ServingActivity
 from clawrl_app.engine.events import EventSink, SessionClosed, TurnRecorded
 from clawrl_app.engine.openai_schema import ApiError, ChatRequest, TokenLogprob, parse_chat_request
@@ -37,6 +44,7 @@ from clawrl_app.engine.sessions import (
 )
 from clawrl_app.engine.store import NewTurn, Store, StoreError
 from clawrl_app.engine.temperature import is_greedy
+from clawrl_app.engine.tool_constraint import check_enforceable, forced_call_schema
 
 log = logging.getLogger("clawrl.chat")
 
@@ -78,6 +86,8 @@ class PreparedChat:
     model_name: str
     decision: SessionDecision
     tools_offered: bool
+    answer_prefix: str = ""
+    """A forced call's opening, already at the end of `prompt_ids` (see `_forced_answer`)."""
 
 
 class ChatService:
@@ -164,6 +174,9 @@ class ChatService:
         tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
         if req.tool_choice == "none":
             tools = None
+        call_schema = forced_call_schema(tools, req.tool_choice)  # None unless forced
+        if call_schema is not None:
+            check_enforceable(call_schema)
         prompt_ids = self.formatter.render(messages, tools, req.tool_choice)
         ctx = self.backend.info().context_length
         limit = req.answer_limit
@@ -198,6 +211,7 @@ class ChatService:
             seed=req.seed,
             stop_on_repetition=self.stop_repetition,
             top_logprobs=(req.top_logprobs or 0) if req.logprobs else 0,
+            json_schema=None if call_schema is None else json.dumps(call_schema),
         )
         record = {
             "messages": messages,
@@ -219,6 +233,7 @@ class ChatService:
             self.model_name(version),
             decision,
             bool(tools),
+            self.formatter.answer_prefix(tools, req.tool_choice),
         )
 
     # -- run -------------------------------------------------------------------------
@@ -275,7 +290,9 @@ class ChatService:
         self, prep: PreparedChat, stream: AsyncIterator[Any]
     ) -> AsyncIterator[ChatDelta | ChatResult]:
         t0 = time.monotonic()
-        text = IncrementalText(self.formatter, prep.request.stop_list, prep.tools_offered)
+        forced = bool(prep.answer_prefix)
+        stop = [] if forced else prep.request.stop_list  # a stop string must not cut a call
+        text = IncrementalText(self.formatter, stop, prep.tools_offered, prep.answer_prefix)
         want_lp = bool(prep.request.logprobs)
         ids: list[int] = []
         lps: list[float] = []
@@ -312,13 +329,18 @@ class ChatService:
         tail = text.finish()
         if tail:
             yield ChatDelta(tail)
-        answer = parse_answer(text.text, prep.tools_offered)
+        full_text = text.text
+        if forced:
+            answer, reason = _forced_answer(full_text, reason)
+            full_text += TOOL_CLOSE if answer.tool_calls else ""
+        else:
+            answer = parse_answer(full_text, prep.tools_offered)
         if answer.tool_calls:
             reason = "tool_calls"
         version = finished.policy_version if finished else prep.version
         latency_ms = (time.monotonic() - t0) * 1000
         turn_id = await self._record(
-            prep, answer.message(), text.text, ids, lps, version, reason, latency_ms
+            prep, answer.message(), full_text, ids, lps, version, reason, latency_ms
         )
         yield ChatResult(
             answer.content,
@@ -403,6 +425,21 @@ class ChatService:
             self.events(SessionClosed(s.id, "idle"))
             closed.append(s.id)
         return closed
+
+
+def _forced_answer(text: str, reason: str) -> tuple[ParsedAnswer, str]:
+    """The answer to a forced call: `text` is the opening plus the constrained JSON.
+
+    Complete JSON is one valid call (the grammar allowed nothing else). JSON still open
+    when the answer ended (`max_tokens`, or a loop cut off by `server.stop_repetition`)
+    cannot be a valid call: the answer is then empty, with `finish_reason` "length", never
+    a malformed call. The partial JSON is still recorded as the turn's response text."""
+    answer = parse_answer(text + TOOL_CLOSE, tools_offered=True)
+    if len(answer.tool_calls) == 1:
+        return ParsedAnswer("", answer.tool_calls), reason
+    if reason == "stop":  # the grammar ended the answer without a call: not expected
+        log.warning("forced tool call ended without a complete call: %r", text[-200:])
+    return ParsedAnswer(""), reason
 
 
 def _busy(why: str) -> ApiError:

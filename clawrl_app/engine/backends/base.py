@@ -28,6 +28,10 @@ class SamplingParams:
     """Extra token ids that end the answer (the backend always stops at the model's EOS)."""
     stop_on_repetition: bool = False
     """End the answer as cut off (`length`) once it is stuck in a loop (`repetition.py`)."""
+    json_schema: str | None = None
+    """Constrain the answer to JSON valid against this JSON schema (JSON text), then EOS: a
+    forced tool call (`tool_constraint.py`). Behaviour log-probs are then those of the
+    masked distribution the tokens were sampled from."""
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,13 @@
 Convention (shared with the trainer): the behaviour log-prob of a token is taken under
 `softmax(logits / T)` with the request's temperature T, before any top-p truncation;
 greedy requests (T = 0) record log-probs under T = 1. top-p only narrows what is sampled.
+Logits masked to -inf (constrained decoding, `grammar.py`) are part of that distribution:
+the log-probs are the masked distribution's, and masked tokens never appear as alternatives.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -50,9 +54,8 @@ def sample_next(
         lps.append(float(logp_V[tok].item()))
         if top_k_logprobs > 0:
             vals, idx = torch.topk(logp_V, top_k_logprobs)
-            tops.append(
-                [(int(i), float(v)) for i, v in zip(idx.tolist(), vals.tolist(), strict=True)]
-            )
+            pairs = zip(idx.tolist(), vals.tolist(), strict=True)
+            tops.append([(int(i), float(v)) for i, v in pairs if math.isfinite(v)])
         else:
             tops.append([])
     return ids, lps, tops

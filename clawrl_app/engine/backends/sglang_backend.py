@@ -247,6 +247,8 @@ class SGLangBackend:
             sampling["stop_token_ids"] = stop_ids
         if p.seed is not None:
             sampling["sampling_seed"] = p.seed
+        if p.json_schema is not None:  # SGLang's constrained decoding (its grammar backend)
+            sampling["json_schema"] = p.json_schema
         payload: dict[str, Any] = {
             "input_ids": list(request.prompt_ids),
             "sampling_params": sampling,

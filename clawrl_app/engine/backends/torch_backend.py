@@ -33,6 +33,7 @@ from clawrl_app.engine.backends.base import (
     TokenOut,
     UnknownVersion,
 )
+from clawrl_app.engine.backends.grammar import GrammarCompiler, RowGrammar, mask_logits
 from clawrl_app.engine.backends.heap import return_freed_memory
 from clawrl_app.engine.backends.kv_batch import DecodeBatch
 from clawrl_app.engine.backends.lora_merge import merged_copy
@@ -58,6 +59,8 @@ class _Row:
     emit: Callable[[GenerationEvent], None]
     version: str = BASE_VERSION
     generator: torch.Generator | None = None
+    grammar: RowGrammar | None = None
+    """The answer's constraint (a forced tool call), when it has one."""
     next_id: int = 0
     produced: int = 0
     out_ids: list[int] = field(default_factory=list)
@@ -129,6 +132,7 @@ class TorchBackend:
         self._max_batch = max_batch
         self._max_queue = max_queue
         self._eos = eos_token_ids(tokenizer)
+        self._grammars = GrammarCompiler(tokenizer)
         self._pending: queue.Queue[_Row] = queue.Queue()
         self._pending_bg: queue.Queue[_Row] = queue.Queue()
         self._commands: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
@@ -416,6 +420,8 @@ class TorchBackend:
         dev = self.device
         if row.request.params.seed is not None:  # sampling draws on the logits' device
             row.generator = torch.Generator(device=dev).manual_seed(row.request.params.seed)
+        if row.request.params.json_schema is not None:
+            row.grammar = self._grammars.matcher(row.request.params.json_schema)
         cache = DynamicCache()
         with self._adapter(row.version):
             out = self._module(row.version)(
@@ -458,11 +464,13 @@ class TorchBackend:
             del self._batches[key]
 
     def _emit_tokens(self, batch: DecodeBatch, logits_BV: torch.Tensor) -> bool:
-        """Sample one token per row, stream it, drop finished rows; False when none remain."""
+        """Sample one token per row, stream it, drop finished rows; False when none remain.
+
+        Constrained rows sample from their grammar-masked logits (log-probs included)."""
         rows = batch.rows
         params = [r.request.params for r in rows]
         ids, lps, tops = sample_next(
-            logits_BV,
+            mask_logits(logits_BV, [r.grammar for r in rows]),
             [p.temperature for p in params],
             [p.top_p for p in params],
             [r.generator for r in rows],
@@ -473,6 +481,8 @@ class TorchBackend:
             p = params[i]
             top = tuple(tops[i][: p.top_logprobs])
             row.emit(TokenOut(ids[i], lps[i], top))
+            if row.grammar is not None:
+                row.grammar.consume(ids[i])
             row.produced += 1
             row.total_len += 1
             row.next_id = ids[i]
