@@ -197,7 +197,7 @@ class ReviewSettings(_Section):
 
 class UiSettings(_Section):
     keys: dict[str, str] = {}
-    """Remap terminal-UI keys by binding id, e.g. `keys = { "sessions.exclude" = "d" }`
+    """Remap terminal-UI keys by binding id, e.g. `keys = { "sessions.exclude" = "e" }`
     (ids are listed in the README; a JSON object in the environment variable)."""
 
     @field_validator("keys", mode="before")
@@ -208,7 +208,7 @@ class UiSettings(_Section):
                 return json.loads(value)
             except ValueError:
                 raise ValueError(
-                    'expected a JSON object such as {"sessions.exclude": "d"}'
+                    'expected a JSON object such as {"sessions.exclude": "e"}'
                 ) from None
         return value
 
