@@ -304,3 +304,16 @@ async def test_tui_delete_key_confirms_deletes_and_offers_rollback(engine: Any) 
         assert "Roll back" in offer.text and "v99" in offer.text
         await pilot.press("n")
         assert store.turns_for_session(sid) == [] and store.samples_for_session(sid) == []
+
+
+def test_doctor_shows_the_redaction_counters(home: Path) -> None:
+    from clawrl_app.config import load_settings
+    from clawrl_app.doctor import privacy_lines
+
+    paths = app_paths(home)
+    with Store(paths.store_file) as store:
+        store.add_redactions({"email": 2, "card": 1})
+        assert store.redaction_counts() == {"card": 1, "email": 2}
+    lines = privacy_lines(load_settings(env={}).settings, paths.store_file)
+    assert lines[0] == "redaction: on"
+    assert lines[-1] == "redacted so far: card 1, email 2"
