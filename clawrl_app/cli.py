@@ -1,4 +1,4 @@
-"""`clawrl-app` command line: launch, serve, doctor, config, openclaw-config, sessions."""
+"""`clawrl-app` command line: launch, serve, doctor, config, openclaw-config, sessions, data."""
 
 from __future__ import annotations
 
@@ -16,6 +16,12 @@ from clawrl_app import __version__
 from clawrl_app.config import ConfigError, LoadedSettings, describe, load_settings
 from clawrl_app.env_cli import add_env_parser, cmd_env
 from clawrl_app.paths import AppPaths, app_paths
+from clawrl_app.privacy.data_cli import (
+    add_data_parser,
+    add_delete_parser,
+    cmd_data,
+    cmd_sessions_delete,
+)
 
 EPILOG = "Settings: config.toml in the config dir < CLAWRL_<SECTION>__<KEY> env vars < flags."
 
@@ -86,10 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="also print the small-prompt OpenClaw settings (for small-context models)",
     )
 
-    p = sub.add_parser("sessions", help="list recorded sessions, or show one")
+    p = sub.add_parser("sessions", help="list recorded sessions, show or delete one")
     ssub = p.add_subparsers(dest="sessions_command", metavar="ACTION")
     show = ssub.add_parser("show", help="print a session with its turns")
     show.add_argument("session_id")
+    add_delete_parser(ssub)
     p.add_argument("--limit", type=int, default=50, help="how many sessions to list")
 
     p = sub.add_parser(
@@ -141,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("api-key", help="print the endpoint's API key and where it is stored")
+    add_data_parser(sub)
     add_env_parser(sub)
     return parser
 
@@ -391,6 +399,8 @@ def cmd_sessions(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPat
     from clawrl_app.engine.store import Store
     from clawrl_app.session_report import session_detail, session_list
 
+    if args.sessions_command == "delete":
+        return cmd_sessions_delete(args, loaded, paths)
     if not paths.store_file.exists():
         print("No store yet: start the app (`make run` or `clawrl-app serve`) and chat with it.")
         return 0
@@ -598,6 +608,7 @@ COMMANDS = {
     "rollback": cmd_rollback,
     "export": cmd_export,
     "api-key": cmd_api_key,
+    "data": cmd_data,
 }
 
 if __name__ == "__main__":

@@ -197,7 +197,7 @@ class ReviewSettings(_Section):
 
 class UiSettings(_Section):
     keys: dict[str, str] = {}
-    """Remap terminal-UI keys by binding id, e.g. `keys = { "sessions.exclude" = "d" }`
+    """Remap terminal-UI keys by binding id, e.g. `keys = { "sessions.exclude" = "e" }`
     (ids are listed in the README; a JSON object in the environment variable)."""
 
     @field_validator("keys", mode="before")
@@ -208,8 +208,50 @@ class UiSettings(_Section):
                 return json.loads(value)
             except ValueError:
                 raise ValueError(
-                    'expected a JSON object such as {"sessions.exclude": "d"}'
+                    'expected a JSON object such as {"sessions.exclude": "e"}'
                 ) from None
+        return value
+
+
+def _pattern_list(value: Any) -> Any:
+    """Env-var text for a list of regexes: a JSON list, else one pattern (never split on
+    commas: a regex may contain them)."""
+    if isinstance(value, str):
+        if value.lstrip().startswith("["):
+            try:
+                return json.loads(value)
+            except ValueError:
+                raise ValueError('expected a JSON list such as ["ACME-\\\\d+"]') from None
+        return [value]
+    return value
+
+
+class PrivacySettings(_Section):
+    redact: bool = True
+    """Replace secrets and personal data (API keys and tokens, passwords in URLs, e-mail
+    addresses, phone and card numbers) with markers such as `[REDACTED:email]` before a
+    turn is stored, judged or trained on. The client still gets its answer unchanged."""
+    redact_patterns: list[str] = []
+    """More regular expressions to redact (marker `[REDACTED:custom]`), e.g.
+    ["ACME-\\d{6}", "(?i)project falcon"]. In the environment: a JSON list or one pattern."""
+    incognito_patterns: list[str] = []
+    """Regular expressions searched in a request's first user message: a request that
+    matches is answered but nothing of it is stored (like `X-Session-Incognito: true`)."""
+    incognito_sources: list[str] = []
+    """Regular expressions searched in the `User-Agent` and `X-Session-Source` headers: a
+    matching client is answered but never recorded, e.g. ["^my-scratch-tool"]."""
+
+    @field_validator("redact_patterns", "incognito_patterns", "incognito_sources", mode="before")
+    @classmethod
+    def _env_list(cls, value: Any) -> Any:
+        return _pattern_list(value)
+
+    @field_validator("redact_patterns", "incognito_patterns", "incognito_sources")
+    @classmethod
+    def _compiles(cls, value: list[str]) -> list[str]:
+        from clawrl_app.privacy.redact import compile_patterns
+
+        compile_patterns(value)  # InvalidPattern (a ValueError) names the bad pattern
         return value
 
 
@@ -230,6 +272,8 @@ class Settings(_Section):
     """The review gate before training."""
     ui: UiSettings = UiSettings()
     """The terminal UI."""
+    privacy: PrivacySettings = PrivacySettings()
+    """Redaction and incognito traffic (what is recorded at all)."""
 
 
 UPSTREAM_ENV: dict[str, tuple[str, str]] = {

@@ -58,11 +58,29 @@ def run_doctor(settings: Settings, paths: AppPaths, *, resolve: bool = True) -> 
     config = paths.config_file
     print(f"  config file: {config}{'' if config.exists() else ' (none; defaults)'}")
     print(f"  keyring backend: {_keyring_line(paths)}")
+    print("\nPrivacy")
+    for line in privacy_lines(settings, paths.store_file if store_ok else None):
+        print(f"  {line}")
     if store_ok and paths.store_file.exists():
         print("\nPublishing")
         for line in publishing_lines(paths.store_file):
             print(f"  {line}")
     return 0 if store_ok else 1
+
+
+def privacy_lines(settings: Settings, store_file: Path | None) -> list[str]:
+    """Whether turns are redacted, the incognito rules, and the redactions counted so far."""
+    from clawrl_app.engine.store.peek import redaction_counts_readonly
+
+    p = settings.privacy
+    extra = f" + {len(p.redact_patterns)} pattern(s) of yours" if p.redact_patterns else ""
+    lines = [f"redaction: {'on' + extra if p.redact else 'OFF (privacy.redact = false)'}"]
+    rules = len(p.incognito_patterns) + len(p.incognito_sources)
+    lines.append(f"incognito: X-Session-Incognito header; {rules} rule(s) in [privacy]")
+    counts = redaction_counts_readonly(store_file) if store_file and store_file.exists() else {}
+    shown = ", ".join(f"{kind} {n}" for kind, n in counts.items()) or "none yet"
+    lines.append(f"redacted so far: {shown}")
+    return lines
 
 
 def publishing_lines(store_file: Path) -> list[str]:

@@ -71,6 +71,9 @@ def engine(
         "CLAWRL_SERVER__PORT": "0",
         "CLAWRL_SERVER__DEFAULT_MAX_TOKENS": "24",
         "CLAWRL_TRAIN__ENABLED": "false",  # training has its own engines (test_training.py)
+        # incognito rules for tests/test_privacy.py (no other test sends these)
+        "CLAWRL_PRIVACY__INCOGNITO_PATTERNS": '["^#off-the-record"]',
+        "CLAWRL_PRIVACY__INCOGNITO_SOURCES": '["^scratch-tool/"]',
     }
     running = start_engine(home, env, events=engine_events.append)
     yield running

@@ -67,6 +67,9 @@ class FixedClient:
     def set_review(self, session_id: str, state: str) -> None:
         pass
 
+    def delete_session(self, session_id: str) -> dict[str, Any] | None:
+        return None
+
     def rate(self, session_id: str, turn_id: int, rating: int, hint: str | None = None) -> None:
         pass
 

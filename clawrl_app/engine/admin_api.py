@@ -14,7 +14,7 @@ from fastapi import APIRouter, Query, Request
 
 from clawrl_app.engine.openai_schema import ApiError
 from clawrl_app.engine.request_body import read_json
-from clawrl_app.engine.store import ENV_SOURCE_PREFIX, REVIEW_STATES, Store
+from clawrl_app.engine.store import ENV_SOURCE_PREFIX, REVIEW_STATES, DeletedSession, Store
 
 if TYPE_CHECKING:
     from clawrl_app.engine.orchestrator import Engine
@@ -112,6 +112,21 @@ def session_detail(store: Store, session_id: str) -> dict[str, Any] | None:
     }
 
 
+def deleted_json(gone: DeletedSession) -> dict[str, Any]:
+    """What a delete removed, as the admin route and the in-process client return it."""
+    return {
+        "id": gone.session_id,
+        "deleted": {
+            "turns": gone.turns,
+            "samples": gone.samples,
+            "judgments": gone.judgments,
+            "episodes": gone.episodes,
+            "events": gone.events,
+        },
+        "trained_in": gone.trained_in,
+    }
+
+
 def checkpoint_rows(store: Store, served: str | None) -> list[dict[str, Any]]:
     """Every checkpoint (newest first) with its metrics and sessions; `served` marks one."""
     rows = sorted(store.list_checkpoints(), key=lambda c: (c.created, c.step), reverse=True)
@@ -145,7 +160,8 @@ def _text(content: Any) -> str:
 
 
 def admin_router(engine: Engine, max_body_bytes: int = 1024 * 1024) -> APIRouter:
-    """The admin routes of `engine` (status, sessions, review, checkpoints, metrics, events).
+    """The admin routes of `engine` (status, sessions, review, delete, checkpoints, metrics,
+    events).
 
     GETs only read; every change is a POST with a JSON body (the endpoint's WebGuard refuses
     other content types, so a web page cannot post here without a CORS preflight).
@@ -184,6 +200,18 @@ def admin_router(engine: Engine, max_body_bytes: int = 1024 * 1024) -> APIRouter
             raise ApiError(404, f"No session {session_id!r}.", type="not_found")
         log.info("session %s marked %s", session_id, state)
         return {"id": session_id, "review_state": state}
+
+    @router.post("/sessions/{session_id}/delete")
+    async def post_delete(session_id: str, request: Request) -> dict[str, Any]:
+        """Delete the session and everything derived from it; checkpoints keep their weights."""
+        body = await read_json(request, max_body_bytes)
+        if not isinstance(body, dict):
+            raise ApiError(400, "The body must be a JSON object (e.g. {}).")
+        store()  # 503 before the engine has a store
+        gone = engine.delete_session(session_id)
+        if gone is None:
+            raise ApiError(404, f"No session {session_id!r}.", type="not_found")
+        return deleted_json(gone)
 
     @router.get("/checkpoints")
     async def get_checkpoints() -> dict[str, Any]:

@@ -160,6 +160,8 @@ def create_app(
             header_done=is_truthy(h.get("x-session-done")),
             source_hint=env_source(h.get("x-session-source"))
             or _source_hint(h.get("user-agent", "")),
+            incognito=is_truthy(h.get("x-session-incognito")),
+            client_sources=(h.get("user-agent"), h.get("x-session-source")),
         )
         events = service.start(prep)
         if prep.request.stream:

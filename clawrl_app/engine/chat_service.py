@@ -3,6 +3,12 @@
 Used by the OpenAI endpoint and by the TUI's chat pane, so every conversation is
 recorded the same way: prompt ids, the *sampled* response ids with their behaviour
 log-probs (never re-tokenized), the policy version, latency and usage.
+
+Privacy (issue #16): an incognito request (header or `privacy.incognito_*` rule) is answered
+and forgotten: no session, turn, sample or event. Any other turn is redacted before the
+write (`clawrl_app.privacy.redact`); a turn that had something redacted is stored without
+its token ids and log-probs, since those encode the original text (see `NewTurn.redactions`).
+Env rollouts (`env:` sources) are not redacted: their text is the app's own task data.
 """
 
 from __future__ import annotations
@@ -12,8 +18,8 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from clawrl_app.engine.backends.base import (
@@ -42,9 +48,10 @@ from clawrl_app.engine.sessions import (
     SessionTracker,
     pop_session_fields,
 )
-from clawrl_app.engine.store import NewTurn, Store, StoreError
+from clawrl_app.engine.store import ENV_SOURCE_PREFIX, NewTurn, Store, StoreError
 from clawrl_app.engine.temperature import is_greedy
 from clawrl_app.engine.tool_constraint import check_enforceable, forced_call_schema
+from clawrl_app.privacy.policy import PrivacyPolicy
 
 log = logging.getLogger("clawrl.chat")
 
@@ -88,6 +95,8 @@ class PreparedChat:
     tools_offered: bool
     answer_prefix: str = ""
     """A forced call's opening, already at the end of `prompt_ids` (see `_forced_answer`)."""
+    incognito: str | None = None
+    """Why nothing of this request is recorded (the header or a rule); None: recorded."""
 
 
 class ChatService:
@@ -108,6 +117,7 @@ class ChatService:
         request_timeout_s: float = 600.0,
         sampling_defaults: SamplingDefaults = OPENAI_DEFAULTS,
         stop_repetition: bool = False,
+        privacy: PrivacyPolicy | None = None,
     ) -> None:
         self.backend = backend
         self.formatter = formatter
@@ -128,6 +138,10 @@ class ChatService:
         """Answers started and not yet finished or abandoned (each holds one slot)."""
         self.unrecorded_turns = 0
         """Turns answered but not recorded because the store failed (since start-up)."""
+        self.privacy = privacy if privacy is not None else PrivacyPolicy()
+        """The redactor and the incognito rules (`[privacy]` settings)."""
+        self.incognito_turns = 0
+        """Turns answered and deliberately not recorded (incognito), since start-up."""
 
     # -- names -----------------------------------------------------------------------
     def model_name(self, version: str) -> str:
@@ -161,8 +175,13 @@ class ChatService:
         header_turn_type: str | None = None,
         header_done: bool = False,
         source_hint: str | None = None,
+        incognito: bool = False,
+        client_sources: Sequence[str | None] = (),
     ) -> PreparedChat:
-        """Validate, pick session and version, render the prompt; raise ApiError on bad input."""
+        """Validate, pick session and version, render the prompt; raise ApiError on bad input.
+
+        `incognito` (the `X-Session-Incognito` header) or an incognito rule matching the
+        messages or `client_sources` (User-Agent, X-Session-Source) keeps the turn unrecorded."""
         if isinstance(payload, dict):
             payload = dict(payload)
             body_sid, body_type, body_done = pop_session_fields(payload)
@@ -223,6 +242,7 @@ class ChatService:
             "stop": req.stop_list,
             "seed": req.seed,
         }
+        why = "X-Session-Incognito" if incognito else None
         return PreparedChat(
             req,
             record,
@@ -234,6 +254,7 @@ class ChatService:
             decision,
             bool(tools),
             self.formatter.answer_prefix(tools, req.tool_choice),
+            why or self.privacy.incognito_reason(messages, client_sources),
         )
 
     # -- run -------------------------------------------------------------------------
@@ -375,6 +396,9 @@ class ChatService:
         latency_ms: float,
     ) -> int | None:
         d = prep.decision
+        if prep.incognito is not None:  # answered, never recorded nor remembered
+            self.incognito_turns += 1
+            return None
         turn = NewTurn(
             session_id=d.session_id,
             type=d.turn_type,
@@ -408,7 +432,32 @@ class ChatService:
             self.events(SessionClosed(d.session_id, "done"))
         return row
 
+    def redact_turn(self, source: str, turn: NewTurn) -> NewTurn:
+        """The turn as it may be stored: text redacted; with any finding, no token ids and
+        no log-probs (they would decode to the original text). Env sessions stay as sent."""
+        redactor = self.privacy.redactor
+        if redactor is None or source.startswith(ENV_SOURCE_PREFIX):
+            return turn
+        request, counts = redactor.redact_value(turn.request)
+        response, more = redactor.redact_value(turn.response)
+        text = redactor.redact(turn.response_text)
+        for kind, n in [*more.items(), *text.counts.items()]:
+            counts[kind] = counts.get(kind, 0) + n
+        if not counts:
+            return turn
+        return replace(
+            turn,
+            request=request,
+            response=response,
+            response_text=text.text,
+            prompt_ids=[],
+            response_ids=[],
+            logprobs=[],
+            redactions=counts,
+        )
+
     def _write_turn(self, source: str, turn: NewTurn, done: bool) -> int:
+        turn = self.redact_turn(source, turn)  # here: off the event loop
         with self.store.atomic():  # one transaction per turn
             self.store.ensure_session(turn.session_id, source)
             row = self.store.record_turn(turn)

@@ -4,7 +4,9 @@ The next state of main turn t is what the client sent after our answer in the se
 next main request: the new trailing user message, or *all* tool results of a parallel
 tool-call batch (REFERENCE §2). A closed session's last turn has no next state: it gets a
 sample in state `skipped` (trainable only if the user rates it). Side turns never become
-samples. Idempotent: the store refuses a second sample for a turn.
+samples. Idempotent: the store refuses a second sample for a turn. A turn that had
+secrets or personal data redacted was stored without its token ids: its sample is skipped
+(`NOT_TRAINABLE_REASON`), never judged or trained on.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from clawrl_app.engine.events import EventSink, SampleCreated, wait_for_poke
 from clawrl_app.engine.sessions import message_text
 from clawrl_app.engine.store import Store, TurnRow
 from clawrl_app.engine.store.faults import log_failure
+from clawrl_app.privacy.redact import NOT_TRAINABLE_REASON
 
 log = logging.getLogger("clawrl.collector")
 
@@ -95,9 +98,12 @@ class Collector:
             state = next_state_of(nxt_turn.request.get("messages", []))
             if state is None:  # the client restarted the conversation: nothing followed
                 return self._no_next_state(turn, "next request did not continue this answer")
-            sample_id = self.store.create_sample(
-                turn.id, turn.session_id, state.role, state.text, state.messages
-            )
+            with self.store.atomic():
+                sample_id = self.store.create_sample(
+                    turn.id, turn.session_id, state.role, state.text, state.messages
+                )
+                if sample_id is not None and turn.redacted:
+                    self.store.set_sample_state(sample_id, "skipped", NOT_TRAINABLE_REASON)
             if sample_id is not None:
                 self.events(SampleCreated(sample_id, turn.id, turn.session_id, state.role))
             return True

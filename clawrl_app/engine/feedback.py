@@ -94,7 +94,7 @@ async def apply_feedback(
     )
     before = store.get_judgment(sample.id) if sample is not None else None
     row = store.set_user_rating(turn.id, fb.rating, fb.hint, eligible_at=time.time() + grace_s)
-    if fb.hint:
+    if fb.hint and turn.response_ids:  # a redacted turn has no ids to score
         lps = await teacher_logprobs(backend, formatter, turn, fb.hint, teacher_version)
         if lps is not None:
             store.set_teacher_logprobs(row.sample_id, lps)

@@ -46,13 +46,14 @@ from clawrl_app.engine.rollback import RollbackError, choose_target
 from clawrl_app.engine.sampling_defaults import OPENAI_DEFAULTS, recommended_defaults
 from clawrl_app.engine.schedule import gate
 from clawrl_app.engine.storage_watch import StorageWatch
-from clawrl_app.engine.store import JudgmentRow, Store, StoreError
+from clawrl_app.engine.store import DeletedSession, JudgmentRow, Store, StoreError
 from clawrl_app.engine.store.faults import log_failure
 from clawrl_app.engine.trainer_config import TrainerConfig
 from clawrl_app.engine.trainer_supervisor import TrainerSupervisor
 from clawrl_app.hardware import ModelInfo, Plan, inventory, plan
 from clawrl_app.models import ResolvedModel, is_embedded, read_model_config, resolve_model
 from clawrl_app.paths import AppPaths
+from clawrl_app.privacy.policy import PrivacyPolicy
 
 log = logging.getLogger("clawrl.engine")
 TOPK_OPD_K = 8  # teacher tokens kept per position for train.method = topk-opd
@@ -185,6 +186,7 @@ class Engine:
                 else OPENAI_DEFAULTS
             ),
             stop_repetition=s.server.stop_repetition,
+            privacy=PrivacyPolicy.from_settings(s.privacy),
             max_concurrent=s.server.max_concurrent,
             request_timeout_s=s.server.request_timeout_s,
             events=self._emit,
@@ -469,6 +471,11 @@ class Engine:
     async def _apply_feedback(self, fb: Feedback) -> JudgmentRow:
         assert self.store is not None and self.backend is not None and self.service is not None
         assert self.judge_loop is not None
+        redactor = self.service.privacy.redactor
+        if fb.hint and redactor is not None:  # the hint is stored and trained on too
+            hint = redactor.redact(fb.hint)
+            self.store.add_redactions(hint.counts)
+            fb = replace(fb, hint=hint.text)
         return await apply_feedback(
             self.store,
             self.backend,
@@ -548,7 +555,31 @@ class Engine:
                 out["judging"]["queue_depth"] = counts.get("samples_pending", 0)
             if "collection" in out:
                 out["collection"]["queue_depth"] = out["collection"]["waiting"]
+            out["privacy"] = self._privacy_status()
         return out
+
+    def _privacy_status(self) -> dict[str, Any]:
+        """Redactions per kind (stored) and incognito turns since start-up (not stored)."""
+        try:
+            redactions = self.store.redaction_counts() if self.store is not None else {}
+        except StoreError:
+            redactions = {}
+        return {
+            "redactions": redactions,
+            "incognito_turns": self.service.incognito_turns if self.service else 0,
+            "redact": self.settings.privacy.redact,
+        }
+
+    def delete_session(self, session_id: str) -> DeletedSession | None:
+        """Delete a session and everything derived from it (see `Store.delete_session`);
+        the session tracker forgets it too. None if unknown."""
+        assert self.store is not None
+        gone = self.store.delete_session(session_id)
+        if gone is not None and self.service is not None:
+            self.service.tracker.close(session_id)
+        if gone is not None:
+            log.info("session %s deleted (%d turns)", session_id, gone.turns)
+        return gone
 
 
 async def _bounded(stage: str, awaitable: Any, timeout_s: float = 30.0) -> None:

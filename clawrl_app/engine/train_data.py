@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from clawrl_app.engine.checkpoints import version_number
 from clawrl_app.engine.store import JudgmentRow, SampleRow, TurnRow
 from clawrl_app.engine.temperature import logprob_temperature
+from clawrl_app.privacy.redact import NOT_TRAINABLE_REASON
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ def build_item(
             f"stale: policy {turn.policy_version} is {age} versions old "
             f"(train.max_staleness = {max_staleness})",
         )
+    if turn.redacted:  # stored without ids (a user rating can revive its sample)
+        return Skip(sample.id, NOT_TRAINABLE_REASON)
     if not turn.response_ids or len(turn.logprobs) != len(turn.response_ids):
         return Skip(sample.id, "no response tokens or misaligned behaviour log-probs")
     teacher = judgment.teacher_logprobs

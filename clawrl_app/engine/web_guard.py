@@ -48,6 +48,7 @@ CORS_HEADERS = (
     "X-Turn-Type",
     "X-Session-Done",
     "X-Session-Source",
+    "X-Session-Incognito",
 )
 PREFLIGHT_MAX_AGE_S = "600"
 

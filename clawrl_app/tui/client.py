@@ -40,6 +40,10 @@ class EngineClient(Protocol):
     def sessions(self, review_state: str | None = None) -> list[dict[str, Any]]: ...
     def session_detail(self, session_id: str) -> dict[str, Any] | None: ...
     def set_review(self, session_id: str, state: str) -> None: ...
+    def delete_session(self, session_id: str) -> dict[str, Any] | None:
+        """Delete the session and everything derived (admin_api.deleted_json); None if unknown."""
+        ...
+
     def rate(self, session_id: str, turn_id: int, rating: int, hint: str | None = None) -> None: ...
     def checkpoints(self) -> list[dict[str, Any]]: ...
     def metrics(self, names: tuple[str, ...] = CURVES) -> dict[str, list[list[float]]]: ...
@@ -113,6 +117,10 @@ class LocalClient:
 
     def set_review(self, session_id: str, state: str) -> None:
         self._store.set_review_state(session_id, state)
+
+    def delete_session(self, session_id: str) -> dict[str, Any] | None:
+        gone = self.engine.delete_session(session_id)
+        return admin_api.deleted_json(gone) if gone is not None else None
 
     def rate(self, session_id: str, turn_id: int, rating: int, hint: str | None = None) -> None:
         self.thread.call(self.engine.rate_turn(session_id, None, rating, hint, turn_id=turn_id))
@@ -211,6 +219,15 @@ class HttpClient:
 
     def set_review(self, session_id: str, state: str) -> None:
         self._post(f"/admin/sessions/{session_id}/review", {"state": state})
+
+    def delete_session(self, session_id: str) -> dict[str, Any] | None:
+        r = self.http.post(f"/admin/sessions/{session_id}/delete", json={}, timeout=60)
+        if r.status_code == 404:
+            return None
+        if r.status_code >= 400:
+            raise RuntimeError(r.json().get("error", {}).get("message", r.text))
+        result: dict[str, Any] = r.json()
+        return result
 
     def rate(self, session_id: str, turn_id: int, rating: int, hint: str | None = None) -> None:
         body = {"session_id": session_id, "turn_id": turn_id, "rating": rating, "hint": hint}

@@ -85,6 +85,20 @@ def trained_versions(detail: dict[str, Any]) -> list[str]:
     return sorted({t["trained_in"] for t in detail["turns"] if t["trained_in"]})
 
 
+def delete_text(session_id: str, turns: int, trained: list[str]) -> str:
+    """The confirmation text of a session delete: what goes, what stays."""
+    text = (
+        f"Deletes {session_id} for good: its {turns} turns, samples, judgments, episode and "
+        "events, in one transaction. This cannot be undone."
+    )
+    if trained:
+        text += (
+            f" {', '.join(trained)} already trained on it: those checkpoints keep their "
+            "weights. After the delete you will be offered to roll back to before this session."
+        )
+    return text
+
+
 def metric(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, int | float) else NONE
 
@@ -170,7 +184,17 @@ def counter_line(status: dict[str, Any]) -> str:
         f"sessions {c.get('sessions', 0)} · turns {c.get('turns', 0)} · samples "
         f"pending {c.get('samples_pending', 0)} / judged {c.get('samples_judged', 0)} / "
         f"trained {c.get('samples_trained', 0)} / excluded {c.get('samples_excluded', 0)}"
+        + privacy_text(status)
     )
+
+
+def privacy_text(status: dict[str, Any]) -> str:
+    """` · redacted N · incognito M` when there is anything to say (else "")."""
+    p = status.get("privacy") or {}
+    redacted = sum((p.get("redactions") or {}).values())
+    incognito = p.get("incognito_turns") or 0
+    out = f" · redacted {redacted}" if redacted else ""
+    return out + (f" · incognito {incognito}" if incognito else "")
 
 
 def endpoint_line(status: dict[str, Any]) -> str:

@@ -11,7 +11,8 @@ round-trip exactly. JSON columns come back parsed. Times are Unix seconds (`time
 The package splits the store by what each part does: `schema` (DDL and migrations), `rows`
 (row objects and value encoding), `connection` (opening, transactions, health), `faults`
 (what a failure of the file or disk means for the user), and one mixin per
-area (`sessions`, `turns`, `samples`, `checkpoints`, `episodes`), combined here into `Store`.
+area (`sessions`, `turns`, `samples`, `checkpoints`, `episodes`, `privacy`), combined here
+into `Store`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from clawrl_app.engine.store.checkpoints import CheckpointsMixin
 from clawrl_app.engine.store.connection import StoreBase, StoreWatcher
 from clawrl_app.engine.store.episodes import EpisodeRefused, EpisodesMixin
 from clawrl_app.engine.store.faults import FAULT_KINDS, StoreError, check_store_file
+from clawrl_app.engine.store.privacy import DeletedSession, PrivacyMixin
 from clawrl_app.engine.store.rows import (
     CheckpointRow,
     EpisodeRow,
@@ -59,6 +61,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "TURN_TYPES",
     "CheckpointRow",
+    "DeletedSession",
     "EpisodeRefused",
     "EpisodeRow",
     "EventRow",
@@ -76,7 +79,15 @@ __all__ = [
 ]
 
 
-class Store(SessionsMixin, TurnsMixin, SamplesMixin, CheckpointsMixin, EpisodesMixin, StoreBase):
+class Store(
+    SessionsMixin,
+    TurnsMixin,
+    SamplesMixin,
+    CheckpointsMixin,
+    EpisodesMixin,
+    PrivacyMixin,
+    StoreBase,
+):
     """The SQLite store: open with `Store(path)`, close with `close()` or a `with` block."""
 
     def _migrations(self) -> list[str]:

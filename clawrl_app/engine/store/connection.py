@@ -96,6 +96,8 @@ class StoreBase:
         # commits. FULL would fsync every commit (0.2 ms -> 0.6 ms per turn recorded).
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
+        # A deleted session's text is overwritten, not left in free pages (see privacy.py).
+        conn.execute("PRAGMA secure_delete = ON")
         for target in range(version + 1, known + 1):
             with self._tx() as cur:
                 # Another process may have migrated while we waited for the write lock.

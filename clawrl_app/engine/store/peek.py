@@ -23,3 +23,15 @@ def latest_events_readonly(path: Path, kind: str, limit: int = 5) -> list[EventR
     finally:
         conn.close()
     return [EventRow(int(i), float(ts), str(k), json.loads(p)) for i, ts, k, p in rows]
+
+
+def redaction_counts_readonly(path: Path) -> dict[str, int]:
+    """Findings redacted so far per kind; {} when the file has no counters yet."""
+    conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
+    try:
+        rows = conn.execute("SELECT kind, count FROM redaction_counts ORDER BY kind").fetchall()
+    except sqlite3.OperationalError:  # a store from before schema v4
+        return {}
+    finally:
+        conn.close()
+    return {str(kind): int(n) for kind, n in rows}

@@ -11,7 +11,7 @@ import sqlite3
 import sys
 import time
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -84,6 +84,12 @@ class NewTurn:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str | None = None
+    redactions: Mapping[str, int] = field(default_factory=dict)
+    """Findings redacted from `request`/`response_text`/`response` per kind. When there
+    are any, the caller passes empty `prompt_ids`/`response_ids`/`logprobs`: the ids encode
+    the original text (decoding them gives the secret back) and cannot be re-derived from
+    the redacted text without breaking the behaviour log-probs, so such a turn is recorded
+    for reading but never trained on (its sample is skipped with a reason)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,8 @@ class TurnRow:
     completion_tokens: int
     finish_reason: str | None
     created: float
+    redacted: int = 0
+    """How many findings were redacted from this turn (its ids were dropped then)."""
 
 
 @dataclass(frozen=True)

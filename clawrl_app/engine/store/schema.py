@@ -89,6 +89,13 @@ MIGRATIONS: list[str] = [
     CREATE INDEX episodes_by_env ON episodes(env, created);
     CREATE INDEX episodes_by_group ON episodes(group_id);
     """,
+    # v4: privacy: how many findings each turn had redacted (0 = none; its token ids were
+    # dropped, see `NewTurn.redactions`) and the running count per kind of redaction
+    """
+    ALTER TABLE turns ADD COLUMN redacted INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE redaction_counts (
+        kind TEXT PRIMARY KEY, count INTEGER NOT NULL DEFAULT 0, updated REAL NOT NULL);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -8,7 +8,7 @@ from clawrl_app.engine.store.schema import REVIEW_STATES, SAMPLE_STATES
 
 
 class SessionsMixin(StoreBase):
-    """Creating, listing, reviewing, closing and deleting sessions."""
+    """Creating, listing, reviewing and closing sessions (deleting: `PrivacyMixin`)."""
 
     def ensure_session(self, session_id: str, source: str, now: float | None = None) -> SessionRow:
         """Create the session if it is new, else bump its `last_seen`; return it."""
@@ -62,10 +62,6 @@ class SessionsMixin(StoreBase):
     def set_session_note(self, session_id: str, note: str) -> bool:
         """Set the user's note on a session; False if unknown session."""
         return self._update("UPDATE sessions SET note = ? WHERE id = ?", (note, session_id))
-
-    def delete_session(self, session_id: str) -> bool:
-        """Delete a session with its turns, samples and judgments; False if unknown."""
-        return self._update("DELETE FROM sessions WHERE id = ?", (session_id,))
 
     def session_stats(self) -> dict[str, int]:
         """Dashboard counts: sessions (open, per review state), turns, samples per state."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from clawrl_app.engine.store.connection import StoreBase
 from clawrl_app.engine.store.faults import StoreError
+from clawrl_app.engine.store.privacy import count_redactions
 from clawrl_app.engine.store.rows import (
     _INT32,
     NewTurn,
@@ -34,16 +35,18 @@ class TurnsMixin(StoreBase):
             cur.execute(
                 "INSERT INTO turns (session_id, idx, type, request_json, response_text, "
                 "response_json, prompt_ids, response_ids, logprobs, policy_version, latency_ms, "
-                "prompt_tokens, completion_tokens, finish_reason, created) VALUES (?1, "
+                "prompt_tokens, completion_tokens, finish_reason, created, redacted) VALUES (?1, "
                 "(SELECT coalesce(max(idx), -1) + 1 FROM turns WHERE session_id = ?1), "
-                "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
                 (turn.session_id, turn.type, _dumps(turn.request), turn.response_text,
                  _dumps(turn.response), _pack(_INT32, turn.prompt_ids),
                  _pack(_INT32, turn.response_ids), _pack("d", turn.logprobs),
                  turn.policy_version, turn.latency_ms, turn.prompt_tokens,
-                 turn.completion_tokens, turn.finish_reason, t),
+                 turn.completion_tokens, turn.finish_reason, t,
+                 sum(turn.redactions.values())),
             )  # fmt: skip
             row = cur.execute("SELECT * FROM turns WHERE id = ?", (cur.lastrowid,)).fetchone()
+            count_redactions(cur, turn.redactions, t)
         return _build(TurnRow, row)
 
     def get_turn(self, turn_id: int) -> TurnRow | None:

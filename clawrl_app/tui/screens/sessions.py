@@ -1,4 +1,4 @@
-"""Sessions: the live list, one session's turns with rewards, and review/rating keys."""
+"""Sessions: the live list, one session's turns with rewards, review/rating keys, delete."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ TURN_COLUMNS = ("#", "type", "prompt", "answer", "reward", "votes", "hint", "tra
 
 
 class SessionsScreen(EngineScreen):
-    """Review recorded conversations: approve, exclude, rate and teach."""
+    """Review recorded conversations: approve, exclude, rate, teach and delete."""
 
     CSS_PATH = "sessions.tcss"
     RELOAD_ON = frozenset(
@@ -37,6 +37,7 @@ class SessionsScreen(EngineScreen):
         Binding("minus", "rate(-1)", "-1", key_display="-", id="sessions.rate_down"),
         Binding("h", "hint", "Hint", id="sessions.hint"),
         Binding("f", "cycle_filter", "Filter", id="sessions.filter"),
+        Binding("d", "delete", "Delete", id="sessions.delete"),
     ]
 
     review_filter: reactive[str | None] = reactive(None, init=False)
@@ -200,13 +201,17 @@ class SessionsScreen(EngineScreen):
             return
         self.post_message(self.CommandFinished(f"{session_id} {state}"))
         if offer_rollback:
-            self.app.call_from_thread(self._offer_rollback, session_id)
+            trained = views.trained_versions(self.detail) if self.detail else []
+            self.app.call_from_thread(
+                self._offer_rollback,
+                session_id,
+                f"{', '.join(trained)} already trained on {session_id}; excluding keeps it out "
+                "of future steps only.",
+            )
 
-    def _offer_rollback(self, session_id: str) -> None:
-        trained = views.trained_versions(self.detail) if self.detail else []
+    def _offer_rollback(self, session_id: str, why: str) -> None:
         text = (
-            f"{', '.join(trained)} already trained on {session_id}; excluding keeps it out of "
-            "future steps only. Roll back to the newest checkpoint that never saw it? Serving "
+            f"{why} Roll back to the newest checkpoint that never saw it? Serving "
             "switches at once and the trainer restarts from that checkpoint; later "
             "checkpoints stay on disk (roll forward on the Checkpoints screen)."
         )
@@ -225,6 +230,35 @@ class SessionsScreen(EngineScreen):
             self.post_message(self.CommandFinished("rollback", str(exc)))
             return
         self.post_message(self.CommandFinished(f"serving {r['to']} (was {r['from']})"))
+
+    def action_delete(self) -> None:
+        session_id, detail = self.selected, self.detail
+        if session_id is None or detail is None or detail["id"] != session_id:
+            return
+        trained = views.trained_versions(detail)
+        text = views.delete_text(session_id, len(detail["turns"]), trained)
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.delete_session(session_id, trained)
+
+        self.app.push_screen(ConfirmModal("Delete this session?", text), answered)
+
+    @work(thread=True, group="sessions-cmd")
+    def delete_session(self, session_id: str, trained: list[str]) -> None:
+        try:
+            gone = self.client.delete_session(session_id)
+        except Exception as exc:
+            self.post_message(self.CommandFinished("delete", str(exc)))
+            return
+        self.post_message(self.CommandFinished(f"{session_id} deleted" if gone else "gone"))
+        if gone and trained:
+            self.app.call_from_thread(
+                self._offer_rollback,
+                session_id,
+                f"The session is deleted; {', '.join(trained)} trained on it and keep their "
+                "weights.",
+            )
 
     def action_rate(self, rating: int) -> None:
         turn = self.selected_turn()
