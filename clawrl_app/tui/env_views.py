@@ -59,7 +59,8 @@ def job_summary(job: dict[str, Any] | None, now: float | None = None) -> str:
         return "No env job yet.\nt: train on the selected env · e: evaluate it"
     rate = job.get("success_rate")
     what = (
-        f"training {job['env']} until {job['steps']} new checkpoints"
+        f"training {job['env']} until {job['steps']} new checkpoint"
+        + ("s" if job["steps"] != 1 else "")
         if job["kind"] == "train"
         else f"evaluating {job['env']} ({job['split']} tasks)"
     )
