@@ -76,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="explain hardware, plan, model, store and key storage")
     _common(p)
     p.add_argument("--no-model", action="store_true", help="skip resolving/converting the model")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="run the whole loop once on the configured model in a private temporary home "
+        "(serve, record, judge, one training step, publish, canary) and print pass/fail with "
+        "timings per stage; exits 1 when a stage fails. Your store and checkpoints are never "
+        "touched; the temporary home is removed afterwards",
+    )
 
     p = sub.add_parser("config", help="show the effective settings and where each came from")
     csub = p.add_subparsers(dest="config_command", metavar="ACTION")
@@ -319,6 +327,10 @@ def _quiet_root_logging() -> Any:
 def cmd_doctor(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
     from clawrl_app.doctor import run_doctor
 
+    if args.smoke:
+        from clawrl_app.smoke import run_smoke
+
+        return run_smoke(loaded.settings, paths, verbose=args.verbose)
     return run_doctor(loaded.settings, paths, resolve=not args.no_model)
 
 
