@@ -255,6 +255,31 @@ class PrivacySettings(_Section):
         return value
 
 
+class HealthSettings(_Section):
+    """Judge health (Dashboard panel, `clawrl-app doctor`): when to warn that the rewards
+    may be teaching the wrong thing."""
+
+    ratings: int = 50
+    """How many of your newest explicit ratings the judge's agreement is measured over."""
+    min_ratings: int = 10
+    """Fewest ratings before a low agreement warns (fewer say too little)."""
+    min_agreement: float = 0.7
+    """Warn when the judge gave your rating's score on fewer than this share of turns."""
+    judgments: int = 200
+    """How many of the newest judgments the reward balance (+1 / 0 / -1) is measured over."""
+    min_judgments: int = 20
+    """Fewest judgments before a one-sided reward balance warns."""
+    max_sign_share: float = 0.8
+    """Warn when one reward sign (+, 0 or -) is more than this share of recent judgments."""
+    length_window: int = 2000
+    """How many of the newest main turns the answer length per version is measured over."""
+    min_turns_per_version: int = 10
+    """Fewest main turns of both the newest version and base before length drift warns."""
+    max_length_drift: float = 0.5
+    """Warn when the newest version's mean answer length differs from base's by more than
+    this fraction (0.5 = 50 % longer or shorter)."""
+
+
 class Settings(_Section):
     """The effective configuration of one run."""
 
@@ -274,6 +299,8 @@ class Settings(_Section):
     """The terminal UI."""
     privacy: PrivacySettings = PrivacySettings()
     """Redaction and incognito traffic (what is recorded at all)."""
+    health: HealthSettings = HealthSettings()
+    """Judge health: agreement with your ratings, reward balance, answer-length drift."""
 
 
 UPSTREAM_ENV: dict[str, tuple[str, str]] = {

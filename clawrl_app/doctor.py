@@ -65,6 +65,9 @@ def run_doctor(settings: Settings, paths: AppPaths, *, resolve: bool = True) -> 
         print("\nPublishing")
         for line in publishing_lines(paths.store_file):
             print(f"  {line}")
+        print("\nJudge health")
+        for line in judge_health_lines(settings, paths.store_file):
+            print(f"  {line}")
     return 0 if store_ok else 1
 
 
@@ -101,6 +104,28 @@ def publishing_lines(store_file: Path) -> list[str]:
         "A refused checkpoint is never served. A canary gap means the server and the trainer",
         "compute different policies (precision, quantization): see README, 'GPU workstations'.",
     ]
+
+
+def judge_health_lines(settings: Settings, store_file: Path) -> list[str]:
+    """One line of judge health (agreement with your ratings, reward balance, length drift of
+    the newest version vs base), then its warnings."""
+    from clawrl_app.engine.judge_health import summarize
+    from clawrl_app.engine.store.peek import judge_health_inputs_readonly
+
+    s = settings.health
+    h = summarize(
+        *judge_health_inputs_readonly(store_file, s.ratings, s.judgments, s.length_window), s
+    )
+    a, b, d = h["agreement"], h["balance"], h["drift"]
+    agree = "no ratings yet" if a["value"] is None else f"{a['value']:.0%} of {a['n']} ratings"
+    balance = (
+        f"+1 {b['+1']:.0%} / 0 {b['0']:.0%} / -1 {b['-1']:.0%} of {b['n']}" if b["n"] else "none"
+    )
+    length = "no drift vs base yet"
+    if d["vs_base"] is not None:
+        length = f"{d['version']} {d['vs_base']:+.0%} vs base"
+    line = f"agreement with you: {agree}; rewards: {balance}; answer length: {length}"
+    return [line, *(f"WARNING: {w}" for w in h["warnings"])]
 
 
 def store_line(store_file: Path) -> tuple[bool, str]:

@@ -213,6 +213,8 @@ def test_http_client_drives_the_admin_routes(ui_engine: Any) -> None:
     try:
         status = client.status()
         assert status["url"] == ui_engine.url and status["serving"]["version"] == "base"
+        health = status["judge_health"]  # recorded turns, judged or not: lengths per version
+        assert [v["version"] for v in health["lengths"]] == ["base"]
         assert "attach-0" in [s["id"] for s in client.sessions()]
         detail = client.session_detail("attach-0")
         assert detail is not None and [t["idx"] for t in detail["turns"]] == [0, 1, 2]

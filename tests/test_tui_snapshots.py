@@ -14,9 +14,20 @@ from typing import Any
 
 import pytest
 
+from clawrl_app.config import HealthSettings
+from clawrl_app.engine.judge_health import summarize
+from clawrl_app.engine.store import VersionLength
 from clawrl_app.tui.app import ClawrlApp
 
 T0 = 1_750_000_000.0
+# 6 of 10 ratings agreed (a warning); rewards 22 / 8 / 10; v2 answers 58 % longer than base's
+JUDGE_HEALTH = summarize(
+    [1.0] * 6 + [0.0] * 4,
+    {1: 22, 0: 8, -1: 10},
+    [VersionLength("base", 30, 120.0), VersionLength("v1", 20, 132.0),
+     VersionLength("v2", 12, 190.0)],
+    HealthSettings(),
+)  # fmt: skip
 TURNS = [
     {"turn_id": 1, "idx": 0, "type": "main", "prompt": "Tell me about topic 0.",
      "response": "Topic 0 is a long story that starts in the year 1900.", "version": "base",
@@ -49,6 +60,7 @@ class FixedClient:
             "publishing": {"published": 2, "last_error": None, "version": "v2"},
             "counts": {"sessions": 2, "turns": 6, "samples_pending": 1, "samples_judged": 1,
                        "samples_trained": 2},
+            "judge_health": JUDGE_HEALTH,
         }  # fmt: skip
 
     def sessions(self, review_state: str | None = None) -> list[dict[str, Any]]:

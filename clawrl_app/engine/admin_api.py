@@ -12,9 +12,16 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Query, Request
 
+from clawrl_app.engine.judge_health import judge_health
 from clawrl_app.engine.openai_schema import ApiError
 from clawrl_app.engine.request_body import read_json
-from clawrl_app.engine.store import ENV_SOURCE_PREFIX, REVIEW_STATES, DeletedSession, Store
+from clawrl_app.engine.store import (
+    ENV_SOURCE_PREFIX,
+    REVIEW_STATES,
+    DeletedSession,
+    Store,
+    StoreError,
+)
 
 if TYPE_CHECKING:
     from clawrl_app.engine.orchestrator import Engine
@@ -33,7 +40,19 @@ def overview(engine: Engine) -> dict[str, Any]:
     out["model"] = engine.model.name if engine.model else None
     out["plan"] = format_plan(engine.plan) if engine.plan else None
     out["ready"] = engine.ready()
+    out["judge_health"] = _judge_health(engine)
     return out
+
+
+def _judge_health(engine: Engine) -> dict[str, Any] | None:
+    """The judge-health summary, or None without a store (or with a damaged one: the
+    storage loop's entry says what to do)."""
+    if engine.store is None:
+        return None
+    try:
+        return judge_health(engine.store, engine.settings.health)
+    except StoreError:
+        return None
 
 
 def session_summaries(store: Store, review_state: str | None = None) -> list[dict[str, Any]]:

@@ -203,3 +203,48 @@ def endpoint_line(status: dict[str, Any]) -> str:
     key_text = f"key {key} (clawrl-app api-key)" if key else "no key needed (loopback)"
     version = (status.get("serving") or {}).get("version") or NONE
     return f"{status.get('url') or NONE}  ·  {key_text}  ·  serving {version}"
+
+
+def percent(share: float | None) -> str:
+    """A share as a whole percentage (`83%`), or a dash."""
+    return NONE if share is None else f"{share:.0%}"
+
+
+def signed_percent(change: float | None) -> str:
+    """A relative change with its sign (`+58%`), or a dash."""
+    return NONE if change is None else f"{change:+.0%}"
+
+
+def judge_health_lines(status: dict[str, Any], versions: int = 3) -> list[str]:
+    """The judge-health panel: agreement with your ratings (n), reward balance (n), mean
+    answer tokens of the last `versions` versions (base always among them) and the newest one's drift."""
+    h = status.get("judge_health")
+    if not h:
+        return ["(no data yet)"]
+    a, b = h["agreement"], h["balance"]
+    lines = [
+        f"agreement {percent(a['value'])} of {a['n']} ratings",
+        f"rewards   +1 {percent(b['+1'])} · 0 {percent(b['0'])} · -1 {percent(b['-1'])} of {b['n']}"
+        if b["n"]
+        else f"rewards   {NONE}",
+    ]
+    lengths = h["lengths"]
+    base = [v for v in lengths if v["version"] == "base"]
+    shown = lengths[-versions:]
+    if base and base[0] not in shown:
+        shown = base + lengths[-(versions - 1) :]
+    parts = [f"{v['version']} {v['mean_tokens']:.0f}" for v in shown]
+    lines.append("length    " + (" · ".join(parts) + " tok" if parts else NONE))
+    d = h["drift"]
+    if d["vs_previous"] is not None or d["vs_base"] is not None:
+        lines.append(
+            f"drift     {d['version']} {signed_percent(d['vs_previous'])} vs prev · "
+            f"{signed_percent(d['vs_base'])} vs base"
+        )
+    return lines
+
+
+def judge_health_warnings(status: dict[str, Any]) -> list[str]:
+    """The judge-health warnings, one line each with a marker (none when all is well)."""
+    h = status.get("judge_health") or {}
+    return [f"⚠ {w}" for w in h.get("warnings") or []]

@@ -7,6 +7,15 @@ import json
 import sqlite3
 from pathlib import Path
 
+from clawrl_app.engine.store.health import (
+    AGREEMENT_SQL,
+    LENGTHS_SQL,
+    SCORE_SIGNS_SQL,
+    VersionLength,
+    agreement_values,
+    sign_counts,
+    version_lengths,
+)
 from clawrl_app.engine.store.rows import EventRow
 
 
@@ -35,3 +44,20 @@ def redaction_counts_readonly(path: Path) -> dict[str, int]:
     finally:
         conn.close()
     return {str(kind): int(n) for kind, n in rows}
+
+
+def judge_health_inputs_readonly(
+    path: Path, ratings: int, judgments: int, window: int
+) -> tuple[list[float], dict[int, int], list[VersionLength]]:
+    """What the judge-health summary reads (see `HealthMixin`), from a read-only connection."""
+    conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
+    try:
+        return (
+            agreement_values(conn.execute(AGREEMENT_SQL, (ratings,)).fetchall()),
+            sign_counts(conn.execute(SCORE_SIGNS_SQL, (judgments,)).fetchall()),
+            version_lengths(conn.execute(LENGTHS_SQL, (window,)).fetchall()),
+        )
+    except sqlite3.OperationalError:  # an empty file (tables not created yet)
+        return [], {1: 0, 0: 0, -1: 0}, []
+    finally:
+        conn.close()

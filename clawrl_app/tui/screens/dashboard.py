@@ -1,10 +1,12 @@
-"""Dashboard: endpoint and key, served version, plan, loop states, counters, training curves."""
+"""Dashboard: endpoint and key, served version, plan, loop states, judge health, counters,
+training curves."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -63,6 +65,8 @@ class DashboardScreen(EngineScreen):
             with Horizontal(id="panels"):
                 yield Static("", id="loops")
                 yield Static("", id="plan")
+                yield Static("", id="health")
+            yield Static("", id="health-warnings")
             yield Static("", id="counters")
             with Grid(id="curves"):
                 for name in CURVES:
@@ -91,6 +95,13 @@ class DashboardScreen(EngineScreen):
         )
         plan = status.get("plan") or "(no plan)"
         self.query_one("#plan", Static).update(f"[b]Plan[/b] ({status.get('model')})\n{plan}")
+        self.query_one("#health", Static).update(
+            "[b]Judge health[/b]\n" + "\n".join(views.judge_health_lines(status))
+        )
+        warnings = views.judge_health_warnings(status)
+        box = self.query_one("#health-warnings", Static)
+        box.update(Text("\n".join(warnings)))  # plain text: no markup in engine sentences
+        box.set_class(bool(warnings), "-warn")
         self.query_one("#counters", Static).update(views.counter_line(status))
         for name in CURVES:
             points = message.metrics.get(name, [])
