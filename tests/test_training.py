@@ -41,11 +41,15 @@ def converse(url: str, n_sessions: int, tag: str) -> None:
         ]
         for i in range(3):
             done = {"X-Session-Done": "1"} if i == 2 else {}
+            # The thanked answer must end by itself (a stop string): a cut-off answer
+            # (`length`) is never rewarded +1 by a thanks (judge.cap_cut_off).
+            stop = [" ", "\n", ".", ","] if i == 1 else None
             r = c.chat.completions.create(
                 model="clawrl",
                 messages=msgs,
                 max_tokens=12,
                 temperature=1.0,
+                stop=stop,
                 extra_headers={"X-Session-Id": f"{tag}-{k}", **done},
             )
             if i < 2:
