@@ -11,7 +11,6 @@ from typing import Any
 
 import httpx
 import psutil
-from learn_user import LATENCY_PROMPT, LATENCY_TOKENS
 
 from clawrl_app.engine.engine_thread import EngineThread
 from clawrl_app.engine.events import PolicyPublished, StepFinished, StepStarted
@@ -46,6 +45,8 @@ def post_chat(
 
 
 SIDE = {"X-Turn-Type": "side"}
+LATENCY_PROMPT = "Tell me about the weather in spring."
+LATENCY_TOKENS = 16
 
 
 class TrainerCPU:

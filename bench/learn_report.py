@@ -1,12 +1,19 @@
-"""The markdown report of bench/learn.py (tables of learning, latency and publishing)."""
+"""The markdown report of bench/learn.py: per-persona learning table, the mean over personas,
+the goals of issue #14 (met / not met with figures), per-step metrics and latency."""
 
 from __future__ import annotations
 
 import argparse
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
-from learn_user import HELDOUT_PROMPTS, LATENCY_TOKENS, QUALITY_PROMPTS, TRAIN_PROMPTS
+from learn_drive import LATENCY_TOKENS
+from learn_personas import PERSONAS
+
+GOAL_COMPLIANCE = 0.8
+GOAL_TURNS = 32
+GOAL_PERSONAS = 3
 
 
 def _median(xs: list[float]) -> float | None:
@@ -17,148 +24,182 @@ def _fmt(x: float | None, spec: str = ".2f", unit: str = "") -> str:
     return "n/a" if x is None else f"{x:{spec}}{unit}"
 
 
-def latency_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Goals:
+    """The issue's goals for one benchmark run, with the figures they were judged on."""
+
+    compliance: dict[str, float | None]
+    """Persona -> held-out compliance at the last measurement within `GOAL_TURNS` turns."""
+    personas_met: int
+    general_ok: dict[str, bool]
+    """Persona -> general score after >= before."""
+    measured_to: int
+    """Feedback turns the run went to (goals need `GOAL_TURNS`)."""
+
+    @property
+    def compliance_met(self) -> bool:
+        return self.personas_met >= min(GOAL_PERSONAS, len(self.compliance))
+
+    @property
+    def general_met(self) -> bool:
+        return all(self.general_ok.values())
+
+
+def goals(runs: list[dict[str, Any]]) -> Goals:
+    """Judge the runs against the goals: held-out compliance >= 0.8 after at most 32 feedback
+    turns (the last block measured within 32) on at least three personas (all of them when
+    fewer than three ran); general score after >= before for every persona."""
+    comp: dict[str, float | None] = {}
+    for r in runs:
+        within = [e for e in r["evals"][1:] if e["after_turns"] <= GOAL_TURNS]
+        comp[r["persona"]] = within[-1]["compliance"] if within else None
+    met = sum(c is not None and c >= GOAL_COMPLIANCE for c in comp.values())
+    gen = {r["persona"]: r["general_after"]["score"] >= r["general_before"]["score"] for r in runs}
+    turns = min((len(r["turns"]) for r in runs), default=0)
+    return Goals(comp, met, gen, turns)
+
+
+def goal_lines(g: Goals) -> list[str]:
+    """The goals as printed: met / not met, with the figures."""
+    figs = ", ".join(f"{p} {_fmt(c)}" for p, c in g.compliance.items())
+    need = min(GOAL_PERSONAS, len(g.compliance))
+    short = (
+        f" (this run went to {g.measured_to} turns only: not a measurement of the goal)"
+        if g.measured_to < GOAL_TURNS
+        else ""
+    )
+    bad = [p for p, ok in g.general_ok.items() if not ok]
+    return [
+        f"Goals (issue #14){short}:",
+        "",
+        f"- held-out compliance >= {GOAL_COMPLIANCE} within {GOAL_TURNS} feedback turns on >= "
+        f"{need} of {len(g.compliance)} personas: **{'met' if g.compliance_met else 'NOT met'}**"
+        f" ({g.personas_met} reached it; {figs})",
+        f"- general score after >= before: **{'met' if g.general_met else 'NOT met'}**"
+        + (f" (lower after: {', '.join(bad)})" if bad else ""),
+    ]
+
+
+def learning_table(runs: list[dict[str, Any]], block: int) -> list[str]:
+    """Per persona: held-out compliance before and after each block, general before -> after,
+    steps, on-policy compliance of the feedback turns per block; then the mean."""
+    cols = max(len(r["evals"]) - 1 for r in runs)
+    heads = [str(e["after_turns"]) for e in max((r["evals"] for r in runs), key=len)[1:]]
+    lines = [
+        "| persona | before | "
+        + " | ".join(f"after {h}" for h in heads)
+        + " | general before -> after | steps | on-policy per block | wall |",
+        "|---|---|" + "---|" * cols + "---|---|---|---|",
+    ]
+    for r in runs:
+        ev = r["evals"]
+        cells = [f"{e['compliance']:.2f}" for e in ev[1:]] + ["n/a"] * (cols - len(ev) + 1)
+        blocks = []
+        for k in range(0, len(r["turns"]), block):
+            blk = r["turns"][k : k + block]
+            blocks.append(f"{sum(t['ok'] for t in blk)}/{len(blk)}")
+        gb, ga = r["general_before"], r["general_after"]
+        lines.append(
+            f"| {r['persona']} | {ev[0]['compliance']:.2f} | "
+            + " | ".join(cells)
+            + f" | {gb['score']:.2f} -> {ga['score']:.2f} ({gb['correct']}->{ga['correct']}/"
+            f"{ga['total']}) | {r['steps']} | {' '.join(blocks)} | {r['wall_s'] / 60:.1f} min |"
+        )
+    if len(runs) > 1:
+        mean_cells = []
+        for k in range(cols + 1):
+            vals = [r["evals"][k]["compliance"] for r in runs if len(r["evals"]) > k]
+            mean_cells.append(f"{statistics.fmean(vals):.2f}")
+        gb = statistics.fmean(r["general_before"]["score"] for r in runs)
+        ga = statistics.fmean(r["general_after"]["score"] for r in runs)
+        steps = statistics.fmean(r["steps"] for r in runs)
+        lines.append(
+            f"| **mean** | {mean_cells[0]} | "
+            + " | ".join(mean_cells[1:])
+            + f" | {gb:.2f} -> {ga:.2f} | {steps:.1f} | | |"
+        )
+    return lines
+
+
+def step_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """Per step: loss / reward mean / grad norm / step time; sample states."""
+    lines = []
+    for r in runs:
+        m = r["metrics"]
+        steps = [
+            f"{lo:+.3f}/{rw:+.2f}/{g:.2f}/{ts:.0f}s"
+            for lo, rw, g, ts in zip(
+                m["loss"], m["reward/mean"], m["optim/grad_norm"], m["time/step_s"], strict=False
+            )
+        ]
+        lines.append(
+            f"- {r['persona']}: {', '.join(steps) or 'no steps'}; samples rl/opd/both "
+            f"{sum(m['samples/rl']):.0f}/{sum(m['samples/opd']):.0f}/"
+            f"{sum(m['samples/both']):.0f}; sample states {r['sample_states']}"
+        )
+    return lines
+
+
+def latency_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """Chat latency medians (idle vs in a training step) and checkpoint-to-first-answer."""
     probes = [p for r in runs for p in r["probes"]]
-    before = [p for p in probes if p["phase"] == "before" and p["trainer_cores"] < 0.05]
-    loop = [p for p in probes if p["phase"] == "loop"]
-    busy = [p for p in loop if p["in_step"] >= 0.5]
-    idle = [p for p in loop if p["in_step"] == 0]
+    turns = [t for r in runs for t in r["turns"]]
 
-    def stats(ps: list[dict[str, Any]]) -> dict[str, Any]:
-        """Count, median latency and median ms/token of probes or turns."""
-        return {
-            "n": len(ps),
-            "p50_ms": None if not ps else 1000 * statistics.median(p["latency_s"] for p in ps),
-            "ms_per_token": None
-            if not ps
-            else 1000 * statistics.median(p["latency_s"] / max(p["tokens"], 1) for p in ps),
-        }
-
-    turns = [t for r in runs for t in r["turns"] if "trainer_cores" in t]
+    def p50(xs: list[dict[str, Any]]) -> str:
+        return f"{len(xs)} | {_fmt(_median([1000 * x['latency_s'] for x in xs]), '.0f', ' ms')}"
 
     fa = [f["seconds"] for r in runs for f in r["first_answer"] if f["outcome"] == "served"]
-    pub = [f["publish_s"] for r in runs for f in r["first_answer"] if f["publish_s"] is not None]
-    return {
-        "before": stats(before),
-        "idle_between_steps": stats(idle),
-        "training": stats(busy),
-        "turns_idle": stats([t for t in turns if t["in_step"] == 0]),
-        "turns_training": stats([t for t in turns if t["in_step"] >= 0.5]),
-        "first_answer_s": {
-            "n": len(fa),
-            "p50": _median(fa),
-            "max": max(fa) if fa else None,
-            "min": min(fa) if fa else None,
-        },
-        "publish_s": {"n": len(pub), "p50": _median(pub)},
-        "outcomes": {
-            o: sum(f["outcome"] == o for r in runs for f in r["first_answer"])
-            for o in ("served", "superseded", "refused", "timeout", "pending")
-        },
-    }
+    return [
+        "| requests | n | p50 latency |",
+        "|---|---|---|",
+        f"| {LATENCY_TOKENS}-token probes, before training | "
+        + p50([p for p in probes if p["phase"] == "before"])
+        + " |",
+        f"| {LATENCY_TOKENS}-token probes, in a step | "
+        + p50([p for p in probes if p["phase"] == "loop" and p["in_step"] >= 0.5])
+        + " |",
+        "| feedback turns, trainer idle | " + p50([t for t in turns if t["in_step"] == 0]) + " |",
+        "| feedback turns, in a step | " + p50([t for t in turns if t["in_step"] >= 0.5]) + " |",
+        "",
+        f"Checkpoint-to-first-answer: median {_fmt(_median(fa), '.2f', ' s')} over {len(fa)} "
+        "served checkpoints.",
+    ]
 
 
-def report(runs: list[dict[str, Any]], args: argparse.Namespace, cmd: str, date: str) -> str:
-    evs = runs[0]["evals"]
-    cols = [e["after_turns"] for e in evs[1:]]
+def report(
+    runs: list[dict[str, Any]], args: argparse.Namespace, cmd: str, date: str, model: str
+) -> str:
+    """The whole markdown section appended to bench/results/learn.md."""
+    desc = "; ".join(
+        f"`{r['persona']}`: {PERSONAS[r['persona']].description} "
+        f"({len(PERSONAS[r['persona']].train_prompts)} train / "
+        f"{len(PERSONAS[r['persona']].heldout_prompts)} held-out prompts, "
+        f"max_tokens {r['max_tokens']})"
+        for r in runs
+    )
     lines = [
         f"## Run {date}",
         "",
         f"Command: `{cmd}`",
         "",
-        f"Settings: turns {args.turns}, eval every {args.eval_every}, "
-        f"lr {args.lr or 'app default (5e-4 for LoRA on the CPU)'}, "
-        f"batch {args.batch_size}, LoRA rank {args.lora_rank}, max_tokens {args.max_tokens}, "
-        f"seed {args.seed}, threads {args.threads or 'default'}; "
-        f"{len(TRAIN_PROMPTS)} training prompts, "
-        f"{len(HELDOUT_PROMPTS)} held-out, {len(QUALITY_PROMPTS)} quality prompts."
+        f"Model {model}, method {runs[0]['method']}, turns {args.turns}, block {args.block}, "
+        f"batch {args.batch_size}, lr {args.lr or 'app default'}, LoRA rank "
+        f"{args.lora_rank or 'app default'}, seed {args.seed}. Personas: {desc}. General set: "
+        f"{runs[0]['general_before']['total']} questions scored by code."
         + (f" Note: {args.note}" if args.note else ""),
         "",
-        "Held-out compliance (greedy, one short sentence), general quality and training:",
+        "Held-out compliance (greedy) before and after each block of feedback turns, measured "
+        "once the trainer has used the block's samples and the newest checkpoint is served:",
         "",
-        "| method | before | "
-        + " | ".join(f"after {c}" for c in cols)
-        + " | quality before | quality after | steps | on-policy compliance per block "
-        "| samples rl/opd/both | wall |",
-        "|---|---|" + "---|" * len(cols) + "---|---|---|---|---|---|",
-    ]
-    for r in runs:
-        ev = r["evals"]
-        blocks = []
-        for k in range(0, len(r["turns"]), args.eval_every):
-            blk = r["turns"][k : k + args.eval_every]
-            blocks.append(f"{sum(t['ok'] for t in blk)}/{len(blk)}")
-        m = r["metrics"]
-        lines.append(
-            f"| {r['method']} | {ev[0]['compliance']:.2f} | "
-            + " | ".join(f"{e['compliance']:.2f}" for e in ev[1:])
-            + f" | {ev[0]['quality']:.2f} | {ev[-1]['quality']:.2f} | {len(r['checkpoints'])} | "
-            f"{' '.join(blocks)} | {sum(m['samples/rl']):.0f}/{sum(m['samples/opd']):.0f}/"
-            f"{sum(m['samples/both']):.0f} | {r['wall_s'] / 60:.1f} min (load "
-            f"{r['loadavg_start'][0]:.1f} -> {r['loadavg_end'][0]:.1f}) |"
-        )
-    lines += [
+        *learning_table(runs, args.block),
         "",
-        "Per step (loss, reward mean, grad norm, step time incl. pauses for serving / paused):",
+        *goal_lines(goals(runs)),
         "",
-    ]
-    for r in runs:
-        m = r["metrics"]
-        paused = m.get("time/paused_s") or [0.0] * len(m["loss"])
-        steps = [
-            f"{lo:+.3f}/{rw:+.2f}/{g:.2f}/{ts:.0f}s/{ps:.0f}s"
-            for lo, rw, g, ts, ps in zip(
-                m["loss"],
-                m["reward/mean"],
-                m["optim/grad_norm"],
-                m["time/step_s"],
-                paused,
-                strict=False,
-            )
-        ]
-        ss = r["stop_signal"]
-        lines.append(
-            f"- {r['method']}: OPD token advantage at the first token after the first "
-            f"sentence: median {_fmt(ss['stop_median'], '+.2f')} ({ss['stop_negative']}/"
-            f"{ss['n']} negative) vs mean {_fmt(ss['other_mean'], '+.3f')} (mean |A| "
-            f"{_fmt(ss['other_mean_abs'], '.3f')}) on the other {ss['other_tokens']} tokens"
-        )
-        lines.append(
-            f"- {r['method']}: {', '.join(steps) or 'no steps'}; sample states "
-            f"{r['sample_states']}; skips {r['skip_reasons'] or 'none'}; judged with a hint "
-            f"and teacher log-probs {r['samples_with_teacher']}"
-        )
-    lat = latency_summary(runs)
-    lines += [
+        "Per step (loss / reward mean / grad norm / step time):",
         "",
-        "Chat latency (medians, all methods pooled). Probes: the same 16-token greedy "
-        "answer; feedback turns: the training turns themselves (temperature 1, <= "
-        f"{args.max_tokens} tokens). In a step: at least half of the request overlapped a "
-        "training step (StepStarted -> StepFinished events); idle: no overlap:",
+        *step_lines(runs),
         "",
-        "| requests | trainer | n | p50 latency | p50 ms/token |",
-        "|---|---|---|---|---|",
-    ]
-    for key, label in (
-        ("before", f"{LATENCY_TOKENS}-token probes | idle, before any training"),
-        ("idle_between_steps", f"{LATENCY_TOKENS}-token probes | idle, between steps"),
-        ("training", f"{LATENCY_TOKENS}-token probes | in a step"),
-        ("turns_idle", "feedback turns | idle"),
-        ("turns_training", "feedback turns | in a step"),
-    ):
-        s = lat[key]
-        lines.append(
-            f"| {label} | {s['n']} | {_fmt(s['p50_ms'], '.0f', ' ms')} | "
-            f"{_fmt(s['ms_per_token'], '.1f')} |"
-        )
-    fa = lat["first_answer_s"]
-    lines += [
-        "",
-        f"Checkpoint-to-first-answer (registration -> first answer naming the version): "
-        f"median {_fmt(fa['p50'], '.2f', ' s')}, min {_fmt(fa['min'], '.2f', ' s')}, "
-        f"max {_fmt(fa['max'], '.2f', ' s')} over {fa['n']} checkpoints; "
-        f"registration -> PolicyPublished median {_fmt(lat['publish_s']['p50'], '.2f', ' s')}; "
-        f"outcomes {lat['outcomes']}.",
+        *latency_lines(runs),
         "",
     ]
     return "\n".join(lines)

@@ -1,0 +1,328 @@
+"""The simulated users of bench/learn.py: four personas whose preference code can check.
+
+Each persona has a pure compliance checker, its own training prompts (>= 32) and held-out
+prompts (>= 8, never trained on), the correction it sends when an answer does not comply
+(plain words stating the preference, as people write them) and the thanks it sends when it
+does. One persona alone could be won by a method tuned to it (e.g. "stop early"); the four
+pull in different directions (shorter, list-shaped, summary-then-detail, calmer tone).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+_TERMINATOR_RE = re.compile(r"[.!?]+(?=[\s\"')\]*]|$)")
+_BULLET_RE = re.compile(r"^\s*[-*•]\s+\S")
+# Emoji and pictographs: the emoji blocks, dingbats / misc symbols, variation selector 16.
+_EMOJI_RE = re.compile("[\U0001f000-\U0001faff\u2600-\u27bf\ufe0f\u2b50\u2b55\u203c\u2049]")
+_SUMMARY_PREFIX_RE = re.compile(
+    r"^\s*(?:\*\*)?\s*(?:summary|tl;?dr|in short)\s*:?\s*(?:\*\*)?\s*:?\s*", re.I
+)
+
+
+def _sentences(text: str) -> int:
+    """Sentence terminators in `text` ("..." counts once; "3.14" or "e.g" mid-word do not)."""
+    return len(_TERMINATOR_RE.findall(text))
+
+
+def _lines(text: str) -> list[str]:
+    return [ln for ln in text.strip().splitlines() if ln.strip()]
+
+
+BREVITY_MAX_WORDS = 20
+
+
+def one_short_sentence(text: str) -> bool:
+    """Brevity: not empty, at most 20 words, no line break, at most one sentence terminator."""
+    t = text.strip()
+    if not t or "\n" in t or len(t.split()) > BREVITY_MAX_WORDS:
+        return False
+    return _sentences(t) <= 1
+
+
+def bulleted_list(text: str) -> bool:
+    """A bulleted list: at least two bullet lines (`-`, `*` or `•`), and every other
+    non-empty line is at most one short lead-in line ending with ':' before the first bullet."""
+    lines = _lines(text)
+    bullets = [i for i, ln in enumerate(lines) if _BULLET_RE.match(ln)]
+    if len(bullets) < 2:
+        return False
+    others = [i for i in range(len(lines)) if i not in bullets]
+    if not others:
+        return True
+    return others == [0] and bullets[0] == 1 and lines[0].rstrip().endswith(":")
+
+
+SUMMARY_MAX_WORDS = 20
+
+
+def summary_first(text: str) -> bool:
+    """A one-line summary first, then detail: the first non-empty line is one sentence of at
+    most 20 words (a "Summary:" / "TL;DR:" label allowed), not a bullet, ending with a
+    terminator; at least one more non-empty line follows with at least 3 words of detail."""
+    lines = _lines(text)
+    if len(lines) < 2:
+        return False
+    first = _SUMMARY_PREFIX_RE.sub("", lines[0]).strip().strip("*").strip()
+    if not first or _BULLET_RE.match(lines[0]) or first.startswith("#"):
+        return False
+    if len(first.split()) > SUMMARY_MAX_WORDS or _sentences(first) != 1:
+        return False
+    if not re.search(r"[.!?][\"')\]]?$", first):
+        return False
+    return len(" ".join(lines[1:]).split()) >= 3
+
+
+def calm_plain(text: str) -> bool:
+    """No exclamation marks and no emoji (and not empty)."""
+    t = text.strip()
+    return bool(t) and "!" not in t and _EMOJI_RE.search(t) is None
+
+
+@dataclass(frozen=True)
+class Persona:
+    """A simulated user: what it wants (checked by `complies`), what it asks, how it reacts."""
+
+    name: str
+    description: str
+    complies: Callable[[str], bool]
+    correction: str
+    """The reply to an answer that does not comply: states the preference in plain words."""
+    thanks: str
+    """The reply to an answer that complies."""
+    train_prompts: tuple[str, ...]
+    heldout_prompts: tuple[str, ...]
+    max_tokens: int
+    """Answer budget (training and evaluation): room for the wanted shape, not much more."""
+
+    def reaction(self, answer: str) -> str:
+        """The user's next message after `answer`."""
+        return self.thanks if self.complies(answer) else self.correction
+
+
+BREVITY = Persona(
+    name="brevity",
+    description="one short sentence (<= 20 words, one terminator, no line break)",
+    complies=one_short_sentence,
+    correction="No, that's too long. Answer in one short sentence please.",
+    thanks="Thanks, that's perfect!",
+    train_prompts=(
+        "What is photosynthesis?",
+        "Why is the sky blue?",
+        "What does a compiler do?",
+        "What is gravity?",
+        "How do vaccines work?",
+        "What is a black hole?",
+        "What is machine learning?",
+        "Why do leaves change colour in autumn?",
+        "What causes earthquakes?",
+        "What is democracy?",
+        "What is a prime number?",
+        "How does a rainbow form?",
+        "What is DNA?",
+        "Why do we have seasons?",
+        "What is a volcano?",
+        "What does the heart do?",
+        "What is recycling?",
+        "What is a noun?",
+        "What is the internet?",
+        "What is an atom?",
+        "What is inflation?",
+        "How do airplanes fly?",
+        "What is a computer virus?",
+        "Why do cats purr?",
+        "What is electricity?",
+        "What is the moon made of?",
+        "How do plants drink water?",
+        "What is a galaxy?",
+        "What is a glacier?",
+        "How does a refrigerator keep food cold?",
+        "What is a spreadsheet?",
+        "Why do we dream?",
+    ),
+    heldout_prompts=(
+        "What is a tornado?",
+        "How does the stomach digest food?",
+        "What is climate change?",
+        "What is a rainforest?",
+        "Why do birds migrate?",
+        "What is a battery?",
+        "How do magnets work?",
+        "What is a hurricane?",
+        "What is a desert?",
+        "How does a microwave oven heat food?",
+    ),
+    max_tokens=48,
+)
+
+BULLETS = Persona(
+    name="bullets",
+    description="a bulleted list ('-', '*' or '•' lines; one lead-in line ending ':' allowed)",
+    complies=bulleted_list,
+    correction="No, please use bullet points, one point per line starting with '-'.",
+    thanks="Thanks, that list is great.",
+    train_prompts=(
+        "What are some tips for sleeping better?",
+        "How can I save money on groceries?",
+        "What should I pack for a beach trip?",
+        "How do I stay focused while studying?",
+        "What are the benefits of regular exercise?",
+        "How can I make my home more energy efficient?",
+        "What are good habits for a healthy diet?",
+        "How do I prepare for a job interview?",
+        "What are some ways to reduce stress?",
+        "What should I check before a long car drive?",
+        "How can I learn a new language faster?",
+        "What are the main parts of a computer?",
+        "How do I keep houseplants alive?",
+        "What are some ideas for a rainy day at home?",
+        "How can I write a better email?",
+        "What are the advantages of cycling to work?",
+        "How do I start running as a beginner?",
+        "What should a first aid kit contain?",
+        "How can I be more productive in the morning?",
+        "What are some ways to make new friends?",
+        "How do I plan a birthday party?",
+        "What are signs that a car needs service?",
+        "How can I protect my online accounts?",
+        "What are the steps to bake bread?",
+        "What should I consider when buying a laptop?",
+        "How can I reduce plastic waste?",
+        "What are good ways to practise public speaking?",
+        "How do I organise a small closet?",
+        "What are the benefits of reading books?",
+        "How can kids learn to enjoy vegetables?",
+        "What should I do before moving to a new flat?",
+        "How do I take care of a new puppy?",
+    ),
+    heldout_prompts=(
+        "What are some tips for a long flight?",
+        "How can I drink more water during the day?",
+        "What should I bring on a camping trip?",
+        "How can I improve my handwriting?",
+        "What are the benefits of walking every day?",
+        "How do I keep my kitchen clean?",
+        "What are ways to spend less on electricity?",
+        "How can I remember names better?",
+        "What should I know before adopting a cat?",
+        "How do I get better at chess?",
+    ),
+    max_tokens=96,
+)
+
+SUMMARY_FIRST = Persona(
+    name="summary",
+    description="a one-line summary sentence first, then the detail on the following lines",
+    complies=summary_first,
+    correction=(
+        "No, start with a one-line summary sentence, then put the details on the next lines."
+    ),
+    thanks="Thanks, that's exactly how I like it.",
+    train_prompts=(
+        "Explain how the water cycle works.",
+        "Explain how a bank loan works.",
+        "Explain what a database index is.",
+        "Explain how the immune system fights infection.",
+        "Explain how solar panels make electricity.",
+        "Explain how a car engine works.",
+        "Explain what the stock market is.",
+        "Explain how email gets delivered.",
+        "Explain how the heart pumps blood.",
+        "Explain what a recession is.",
+        "Explain how a search engine finds pages.",
+        "Explain how bread rises.",
+        "Explain how tides work.",
+        "Explain what an operating system does.",
+        "Explain how a thermostat controls heating.",
+        "Explain how elections work in a democracy.",
+        "Explain how wind turbines work.",
+        "Explain what a credit score is.",
+        "Explain how muscles grow stronger.",
+        "Explain how a camera takes a photo.",
+        "Explain how recycling plastic works.",
+        "Explain what a password manager does.",
+        "Explain how weather forecasts are made.",
+        "Explain how the moon changes shape in the sky.",
+        "Explain how coffee affects the body.",
+        "Explain what cloud computing is.",
+        "Explain how an electric car charges.",
+        "Explain how a library organises its books.",
+        "Explain how antibiotics work.",
+        "Explain how a river forms.",
+        "Explain what a budget is and why it helps.",
+        "Explain how GPS finds your location.",
+    ),
+    heldout_prompts=(
+        "Explain how a rocket reaches space.",
+        "Explain how a vaccine is tested.",
+        "Explain what a mortgage is.",
+        "Explain how a refrigerator works.",
+        "Explain how plants grow from seeds.",
+        "Explain what a computer network is.",
+        "Explain how a hybrid car saves fuel.",
+        "Explain how the lungs take in oxygen.",
+        "Explain what insurance is.",
+        "Explain how a dishwasher cleans plates.",
+    ),
+    max_tokens=96,
+)
+
+CALM = Persona(
+    name="calm",
+    description="no exclamation marks and no emoji",
+    complies=calm_plain,
+    correction="Please don't use exclamation marks or emoji, keep a calm plain tone.",
+    thanks="Thanks, that's good.",
+    train_prompts=(
+        "I just got a new puppy! Any advice?",
+        "I passed my driving test today!",
+        "Can you congratulate my sister on her wedding?",
+        "Write a short birthday message for my friend.",
+        "I got the job I wanted!",
+        "Say something encouraging to a student before an exam.",
+        "Write a welcome message for new team members.",
+        "I finished my first marathon!",
+        "Give me a cheerful good morning message.",
+        "Write a thank-you note to my neighbour for the cake.",
+        "My team won the football match!",
+        "Tell me something fun about dolphins.",
+        "Write a short message celebrating a product launch.",
+        "I'm going on holiday to Italy next week!",
+        "Write a greeting for a new year card.",
+        "Say hello to my class of ten-year-olds.",
+        "My daughter learned to ride a bike today!",
+        "Write a short note to cheer up a friend who is sick.",
+        "Give me a motivational quote for Monday.",
+        "Write an invitation to my garden party.",
+        "I baked my first loaf of bread!",
+        "Congratulate a colleague on ten years at the company.",
+        "Tell me a fun fact about space.",
+        "Write a message for a retirement card.",
+        "We are having a baby!",
+        "Write a short note thanking volunteers at a charity event.",
+        "Say something nice about autumn.",
+        "I just moved into my first apartment!",
+        "Write a short announcement that the office party is on Friday.",
+        "Tell me why cats are wonderful pets.",
+        "Write a good luck message for a job interview.",
+        "My grandmother turns 90 tomorrow!",
+    ),
+    heldout_prompts=(
+        "I got into the university I wanted!",
+        "Write a congratulations note for a graduation.",
+        "Give me an upbeat message for Friday afternoon.",
+        "Tell me a fun fact about elephants.",
+        "Write a welcome message for hotel guests.",
+        "My brother just got engaged!",
+        "Write a short note to celebrate a team's success.",
+        "I finally finished my thesis!",
+        "Write a holiday greeting for my customers.",
+        "Say something nice about summer.",
+    ),
+    max_tokens=64,
+)
+
+PERSONAS: dict[str, Persona] = {p.name: p for p in (BREVITY, BULLETS, SUMMARY_FIRST, CALM)}
+"""Every persona, by name, in the benchmark's default order."""
