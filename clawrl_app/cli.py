@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from clawrl_app import __version__
+from clawrl_app.compare_cli import add_compare_parser, cmd_compare
 from clawrl_app.config import ConfigError, LoadedSettings, describe, load_settings
 from clawrl_app.env_cli import add_env_parser, cmd_env
 from clawrl_app.paths import AppPaths, app_paths
@@ -156,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("api-key", help="print the endpoint's API key and where it is stored")
+    add_compare_parser(sub)
     add_data_parser(sub)
     add_env_parser(sub)
     return parser
@@ -609,6 +611,7 @@ def cmd_api_key(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPath
 
 COMMANDS = {
     "env": cmd_env,
+    "compare": cmd_compare,
     "launch": cmd_launch,
     "serve": cmd_serve,
     "tui": cmd_tui,

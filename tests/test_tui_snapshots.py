@@ -106,6 +106,17 @@ class FixedClient:
     def chat_stream(self, messages: list[dict[str, Any]], session_id: str) -> Iterator[str]:
         yield from ["Hello", " there", "!"]
 
+    def compare(self, a: str, b: str, last: int = 5, max_tokens: int = 128) -> dict[str, Any]:
+        from clawrl_app.engine.compare import compare_item, summary
+
+        pairs = [
+            ("Write a haiku about rain.", "Soft rain on the roof, the garden drinks slowly, "
+             "night keeps the secret.", "Rain on the roof, the garden drinks, night keeps it."),
+            ("What is 2 + 2?", "2 + 2 = 4.", "2 + 2 = 4."),
+        ]  # fmt: skip
+        items = [compare_item([{"role": "user", "content": p}], x, y) for p, x, y in pairs]
+        return {"a": a, "b": b, "max_tokens": max_tokens, "items": items, "summary": summary(items)}
+
     def env_overview(self) -> dict[str, Any]:
         return {
             "envs": [
@@ -215,6 +226,16 @@ def test_checkpoints_with_confirmation(snap_compare: Any) -> None:
         await settle(pilot, "#dialog-text", lambda w: True)
 
     assert snap_compare(app(), terminal_size=SIZE, run_before=confirm)
+
+
+def test_compare_side_by_side(snap_compare: Any) -> None:
+    async def compared(pilot: Any) -> None:
+        await pilot.press("7")
+        await settle(pilot, "#version-a", lambda w: w.value == "v2")
+        await pilot.press("c")
+        await settle(pilot, "#compare-items", lambda w: len(w.query(".compare-row")) == 2)
+
+    assert snap_compare(app(), terminal_size=SIZE, run_before=compared)
 
 
 def test_chat(snap_compare: Any) -> None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Query, Request
 
+from clawrl_app.engine.compare import DEFAULT_LAST, CompareError, recent_prompts, run_compare
 from clawrl_app.engine.judge_health import judge_health
 from clawrl_app.engine.openai_schema import ApiError
 from clawrl_app.engine.request_body import read_json
@@ -170,6 +171,56 @@ def metric_series(store: Store, names: list[str]) -> dict[str, list[list[float]]
     return {n: [[m.step, m.value] for m in store.metrics(n)][-METRIC_LIMIT:] for n in names}
 
 
+MAX_COMPARE_PROMPTS = 50
+
+
+def _compare_body(body: Any) -> tuple[str, str, int, int, list[Any] | None]:
+    """Validate a compare body: {"a", "b", "last"?, "max_tokens"?, "prompts"?} (ApiError 400)."""
+    if not isinstance(body, dict):
+        raise ApiError(400, 'The body must be a JSON object, e.g. {"a": "base", "b": "v2"}.')
+    a, b = body.get("a"), body.get("b")
+    if not isinstance(a, str) or not a:
+        raise ApiError(400, "a must be a version name (e.g. base, v3).", param="a")
+    if not isinstance(b, str) or not b:
+        raise ApiError(400, "b must be a version name (e.g. base, v3).", param="b")
+    last, max_tokens = body.get("last", DEFAULT_LAST), body.get("max_tokens", 128)
+    if not isinstance(last, int) or isinstance(last, bool) or not 1 <= last <= MAX_COMPARE_PROMPTS:
+        raise ApiError(400, f"last must be 1 to {MAX_COMPARE_PROMPTS}.", param="last")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise ApiError(400, "max_tokens must be a positive integer.", param="max_tokens")
+    prompts = body.get("prompts")
+    if prompts is not None and (
+        not isinstance(prompts, list)
+        or not 0 < len(prompts) <= MAX_COMPARE_PROMPTS
+        or not all(isinstance(p, list) and p and all(_is_message(m) for m in p) for p in prompts)
+    ):
+        raise ApiError(
+            400, f"prompts must be 1 to {MAX_COMPARE_PROMPTS} message lists.", param="prompts"
+        )
+    return a, b, last, max_tokens, prompts
+
+
+def _is_message(m: Any) -> bool:
+    return isinstance(m, dict) and m.get("role") in ("system", "user", "assistant", "tool")
+
+
+async def compare_json(engine: Engine, body: Any) -> dict[str, Any]:
+    """Replay the last prompts (or the body's) through versions a and b (see engine.compare);
+    ApiError 400 for bad input, an unloaded version or no prompts."""
+    a, b, last, max_tokens, prompts = _compare_body(body)
+    if engine.store is None or engine.backend is None or engine.service is None:
+        raise ApiError(503, "The engine is not started.", type="server_error")
+    if prompts is None:
+        prompts = recent_prompts(engine.store, last)
+    try:
+        return await run_compare(
+            engine.backend, engine.service.formatter, prompts, a, b, max_tokens,
+            alias=engine.service.alias,
+        )  # fmt: skip
+    except CompareError as exc:
+        raise ApiError(400, str(exc), code="compare_failed") from None
+
+
 def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -236,6 +287,11 @@ def admin_router(engine: Engine, max_body_bytes: int = 1024 * 1024) -> APIRouter
     async def get_checkpoints() -> dict[str, Any]:
         served = engine.backend.active_version if engine.backend else None
         return {"served": served, "data": checkpoint_rows(store(), served)}
+
+    @router.post("/compare")
+    async def post_compare(request: Request) -> dict[str, Any]:
+        """Answers of two loaded versions to the last prompts, side by side (never recorded)."""
+        return await compare_json(engine, await read_json(request, max_body_bytes))
 
     @router.get("/metrics")
     async def get_metrics(names: str = Query("")) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from clawrl_app.tui.client import EngineClient
 from clawrl_app.tui.messages import EngineEventReceived, EngineStarted, LogRecorded
 from clawrl_app.tui.screens.chat import ChatScreen
 from clawrl_app.tui.screens.checkpoints import CheckpointsScreen
+from clawrl_app.tui.screens.compare import CompareScreen
 from clawrl_app.tui.screens.dashboard import DashboardScreen
 from clawrl_app.tui.screens.environments import EnvironmentsScreen
 from clawrl_app.tui.screens.loading import LoadingScreen
@@ -49,7 +50,7 @@ class UiLogHandler(logging.Handler):
 
 
 class ClawrlApp(App[None]):
-    """Dashboard, sessions, checkpoints, chat, logs and environments of one clawrl engine."""
+    """Dashboard, sessions, checkpoints, chat, logs, environments and compare of one engine."""
 
     TITLE = "clawrl-app"
     DEFAULT_MODE = "dashboard"
@@ -60,6 +61,7 @@ class ClawrlApp(App[None]):
         "chat": ChatScreen,
         "logs": LogsScreen,
         "envs": EnvironmentsScreen,
+        "compare": CompareScreen,
     }
     BINDINGS = [
         Binding("1", "switch_mode('dashboard')", "Dashboard", id="screen.dashboard"),
@@ -68,6 +70,7 @@ class ClawrlApp(App[None]):
         Binding("4", "switch_mode('chat')", "Chat", id="screen.chat"),
         Binding("5", "switch_mode('logs')", "Logs", id="screen.logs"),
         Binding("6", "switch_mode('envs')", "Envs", id="screen.envs"),
+        Binding("7", "switch_mode('compare')", "Compare", id="screen.compare"),
         Binding("ctrl+q", "quit", "Quit", id="app.quit", priority=True),
     ]
 
@@ -179,6 +182,7 @@ class ClawrlApp(App[None]):
             ("chat", "Talk to the served model"),
             ("logs", "Engine and trainer log"),
             ("envs", "Agentic environments: train and evaluate on tasks"),
+            ("compare", "Two versions' answers side by side; serve either"),
         ):
             yield SystemCommand(
                 f"Show {mode}",

@@ -19,6 +19,7 @@ import httpx
 from clawrl_app.engine import admin_api
 from clawrl_app.engine.env_api import JobIn
 from clawrl_app.engine.env_jobs import EnvJobs, JobRequest
+from clawrl_app.engine.openai_schema import ApiError
 from clawrl_app.engine.store import Store
 
 if TYPE_CHECKING:
@@ -51,6 +52,11 @@ class EngineClient(Protocol):
         self, version: str | None = None, before_session: str | None = None
     ) -> dict[str, Any]: ...
     def chat_stream(self, messages: list[dict[str, Any]], session_id: str) -> Iterator[str]: ...
+    def compare(self, a: str, b: str, last: int = 5, max_tokens: int = 128) -> dict[str, Any]:
+        """Greedy answers of versions a and b to the last `last` real prompts, never recorded
+        (admin_api.compare_json); raises with the engine's reason (e.g. a version not loaded)."""
+        ...
+
     def env_overview(self) -> dict[str, Any]: ...
     def env_job(self) -> dict[str, Any] | None: ...
     def start_env_job(self, request: dict[str, Any]) -> dict[str, Any]: ...
@@ -139,6 +145,13 @@ class LocalClient:
 
     def chat_stream(self, messages: list[dict[str, Any]], session_id: str) -> Iterator[str]:
         return stream_chat(self.url, self.engine.api_key, messages, session_id)
+
+    def compare(self, a: str, b: str, last: int = 5, max_tokens: int = 128) -> dict[str, Any]:
+        body = {"a": a, "b": b, "last": last, "max_tokens": max_tokens}
+        try:
+            return self.thread.call(admin_api.compare_json(self.engine, body), timeout=900)
+        except ApiError as exc:
+            raise RuntimeError(exc.message) from None
 
     def _jobs(self) -> EnvJobs:
         assert self.engine.env_jobs is not None, "the engine is not started"
@@ -252,6 +265,11 @@ class HttpClient:
 
     def chat_stream(self, messages: list[dict[str, Any]], session_id: str) -> Iterator[str]:
         return stream_chat(self.url, self.api_key, messages, session_id)
+
+    def compare(self, a: str, b: str, last: int = 5, max_tokens: int = 128) -> dict[str, Any]:
+        body = {"a": a, "b": b, "last": last, "max_tokens": max_tokens}
+        result: dict[str, Any] = self._post("/admin/compare", body)
+        return result
 
     def env_overview(self) -> dict[str, Any]:
         result: dict[str, Any] = self._get("/admin/env/overview")
