@@ -17,7 +17,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,79 +32,22 @@ from clawrl_app.engine.backends.base import (
     TokenOut,
     UnknownVersion,
 )
-from clawrl_app.engine.backends.grammar import GrammarCompiler, RowGrammar, mask_logits
+from clawrl_app.engine.backends.grammar import GrammarCompiler, mask_logits
 from clawrl_app.engine.backends.heap import return_freed_memory
 from clawrl_app.engine.backends.kv_batch import DecodeBatch
 from clawrl_app.engine.backends.lora_merge import merged_copy
 from clawrl_app.engine.backends.sampling import continuation_logprobs, sample_next
+from clawrl_app.engine.backends.torch_rows import BASE_VERSION, Row, RowStream
 from clawrl_app.engine.chat_format import eos_token_ids
 from clawrl_app.engine.repetition import repeating_tail
 
 log = logging.getLogger("clawrl.torch_backend")
-BASE_VERSION = "base"
 # Under continuous user traffic, background work (teacher/canary scoring, judge votes) still
 # gets one pass per this many seconds: bounded starvation, bounded user slowdown.
 BACKGROUND_EVERY_S = 1.0
 # This many failed model calls in a row (no success between them) mark the backend not
 # ready: /readyz says why instead of clients queueing for an answer that never comes.
 UNHEALTHY_AFTER = 3
-
-
-@dataclass(eq=False)
-class _Row:
-    """One request in flight on the worker thread."""
-
-    request: GenerationRequest
-    emit: Callable[[GenerationEvent], None]
-    version: str = BASE_VERSION
-    generator: torch.Generator | None = None
-    grammar: RowGrammar | None = None
-    """The answer's constraint (a forced tool call), when it has one."""
-    next_id: int = 0
-    produced: int = 0
-    out_ids: list[int] = field(default_factory=list)
-    """The answer so far (checked for a degenerate loop when the request asks)."""
-    total_len: int = 0
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    counted: bool = False
-    """True while this row holds one unit of its version's in-flight count."""
-    closed: bool = False
-    """Its last event (Finished or an error) was sent, or its client went away."""
-
-
-class _RowStream:
-    """The events of one request. Closing it, even before the first read (a client that
-    disconnected at once), cancels the request: the worker drops it at its next step."""
-
-    def __init__(self, row: _Row, events: asyncio.Queue[GenerationEvent | BaseException]) -> None:
-        self._row = row
-        self._events = events
-        self._done = False
-
-    def __aiter__(self) -> _RowStream:
-        return self
-
-    async def __anext__(self) -> GenerationEvent:
-        if self._done:
-            raise StopAsyncIteration
-        try:
-            ev = await self._events.get()
-        except BaseException:  # cancelled while waiting: the client went away
-            self.close()
-            raise
-        if isinstance(ev, BaseException):
-            self.close()
-            raise ev
-        if isinstance(ev, Finished):
-            self.close()  # no-op for the worker (already finished); ends iteration
-        return ev
-
-    def close(self) -> None:
-        self._done = True
-        self._row.cancelled.set()
-
-    async def aclose(self) -> None:
-        self.close()
 
 
 class TorchBackend:
@@ -133,8 +75,8 @@ class TorchBackend:
         self._max_queue = max_queue
         self._eos = eos_token_ids(tokenizer)
         self._grammars = GrammarCompiler(tokenizer)
-        self._pending: queue.Queue[_Row] = queue.Queue()
-        self._pending_bg: queue.Queue[_Row] = queue.Queue()
+        self._pending: queue.Queue[Row] = queue.Queue()
+        self._pending_bg: queue.Queue[Row] = queue.Queue()
         self._commands: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
         self._scores: queue.Queue[tuple[Callable[[], Any], Future[Any]]] = queue.Queue()
         self._wake = threading.Event()
@@ -209,13 +151,13 @@ class TorchBackend:
         def emit(ev: GenerationEvent | BaseException) -> None:
             loop.call_soon_threadsafe(events.put_nowait, ev)
 
-        row = _Row(request=request, emit=emit)  # type: ignore[arg-type]
+        row = Row(request=request, emit=emit)  # type: ignore[arg-type]
         if request.version is not None:  # counted from now: unloading it waits for this row
             row.version = request.version
             self._hold(row)
         (self._pending_bg if request.background else self._pending).put(row)
         self._wake.set()
-        return _RowStream(row, events)
+        return RowStream(row, events)
 
     async def score(
         self,
@@ -380,7 +322,7 @@ class TorchBackend:
         except Exception as exc:
             fut.set_exception(exc)
 
-    def _admit(self, pending: queue.Queue[_Row], background: bool) -> None:
+    def _admit(self, pending: queue.Queue[Row], background: bool) -> None:
         room = self._max_batch - sum(b.size for b in self._batches.values())
         while room > 0:
             if background and not self._pending.empty():
@@ -413,7 +355,7 @@ class TorchBackend:
                 self._batches[key] = single
             room -= 1
 
-    def _prefill(self, row: _Row) -> DecodeBatch | None:
+    def _prefill(self, row: Row) -> DecodeBatch | None:
         from transformers import DynamicCache
 
         ids = row.request.prompt_ids
@@ -512,12 +454,12 @@ class TorchBackend:
                 self._finish(row, None)
         batch.keep(keep)
 
-    def _hold(self, row: _Row) -> None:
+    def _hold(self, row: Row) -> None:
         with self._lock:  # the event loop and the worker thread both count
             row.counted = True
             self._inflight[row.version] = self._inflight.get(row.version, 0) + 1
 
-    def _finish(self, row: _Row, last: Finished | BaseException | None) -> None:
+    def _finish(self, row: Row, last: Finished | BaseException | None) -> None:
         """Send the row's last event (if any) and release its in-flight unit, exactly once."""
         if row.closed:
             return
