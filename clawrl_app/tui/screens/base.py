@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from textual import on
+from textual.message import Message
 from textual.screen import Screen
 
 from clawrl_app.tui.client import EngineClient
@@ -18,6 +20,25 @@ class EngineScreen(Screen[None]):
 
     RELOAD_ON: ClassVar[frozenset[str]] = frozenset()
     """Event kinds that make this screen reload."""
+
+    @dataclass
+    class CommandFinished(Message):
+        """A command a worker ran for this screen finished (`error` None on success)."""
+
+        text: str
+        error: str | None = None
+
+    @on(CommandFinished)
+    def _command_finished(self, message: CommandFinished) -> None:
+        if message.error:
+            self.notify(message.error, title=f"{message.text} failed", severity="error")
+        else:
+            self.notify(message.text)
+        self.after_command()
+
+    def after_command(self) -> None:
+        """What to reload once a command finished (default: everything)."""
+        self.reload()
 
     @property
     def client(self) -> EngineClient:

@@ -51,13 +51,6 @@ class EnvironmentsScreen(EngineScreen):
         def can_replace(self, message: Message) -> bool:
             return isinstance(message, EnvironmentsScreen.JobLoaded)
 
-    @dataclass
-    class CommandFinished(Message):
-        """Starting or stopping a job finished (`error` None on success)."""
-
-        text: str
-        error: str | None = None
-
     def __init__(self) -> None:
         super().__init__()
         self.overview: dict[str, Any] | None = None
@@ -235,10 +228,5 @@ class EnvironmentsScreen(EngineScreen):
             return
         self.post_message(self.CommandFinished("stopping the job (episodes in flight abort)"))
 
-    @on(CommandFinished)
-    def _command_finished(self, message: CommandFinished) -> None:
-        if message.error:
-            self.notify(message.error, title=f"{message.text} failed", severity="error")
-        else:
-            self.notify(message.text)
+    def after_command(self) -> None:
         self.load_job()

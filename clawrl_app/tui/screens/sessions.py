@@ -57,13 +57,6 @@ class SessionsScreen(EngineScreen):
 
         detail: dict[str, Any] | None
 
-    @dataclass
-    class CommandFinished(Message):
-        """A review/rating/rollback command finished (`error` None on success)."""
-
-        text: str
-        error: str | None = None
-
     def __init__(self) -> None:
         super().__init__()
         self.detail: dict[str, Any] | None = None
@@ -288,11 +281,3 @@ class SessionsScreen(EngineScreen):
             self.post_message(self.CommandFinished("rating", str(exc)))
             return
         self.post_message(self.CommandFinished(f"turn rated {rating:+d}"))
-
-    @on(CommandFinished)
-    def _command_finished(self, message: CommandFinished) -> None:
-        if message.error:
-            self.notify(message.error, title=f"{message.text} failed", severity="error")
-        else:
-            self.notify(message.text)
-        self.reload()
