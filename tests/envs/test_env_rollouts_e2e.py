@@ -45,7 +45,8 @@ def test_a_rollout_group_of_the_embedded_model_lands_in_the_store(engine: Any) -
         assert [s.state for s in samples] == ["judged"] * len(turns)
         assert all(s.next_state_text for s in samples)  # the env's observation
         assert "verifier score" in samples[-1].next_state_text
-        assert ep.outcome_reward in (-1.0, 1.0) and ep.trained
+        # +1 right, -1 wrong, -0.5 wrong but in the asked format (format_bonus)
+        assert ep.outcome_reward in (-1.0, -0.5, 1.0) and ep.trained
     scores = [store.get_judgment(s.id).score for e in episodes
               for s in store.samples_for_session(e.session_id)]  # fmt: skip
     assert all(-1.0 <= x <= 1.0 for x in scores)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pytest
 from clawrl_app.envs.sandbox import ResourceLimits, Sandbox
 from clawrl_app.envs.sandbox.bwrap import python_argv
 from clawrl_app.envs.sandbox.local import RlimitSandbox
+from clawrl_app.envs.sandbox.pids_cgroup import PidsCgroup, process_cap
 
 
 def sh(sb: Sandbox, ws: Path, script: str, **kw: object) -> tuple[int, str]:
@@ -78,18 +81,64 @@ def test_background_processes_die_with_the_command(sandbox: Sandbox, tmp_path: P
 
 
 def test_fork_bomb_and_timeout_are_contained(sandbox: Sandbox, tmp_path: Path) -> None:
+    """The kernel never applies RLIMIT_NPROC to root: run as root (CI, containers) only the
+    pids cgroup holds the bomb to ResourceLimits.processes, so the peak is checked too."""
+    if process_cap() is None:
+        pytest.skip("root without a writable pids cgroup: no process cap here")
     before = len(psutil.pids())
+    peak, done = [before], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], len(psutil.pids()))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     t0 = time.monotonic()
-    # at most ResourceLimits.processes at once: the host's pid table never fills up
     r = sandbox.run(["/bin/sh", "-c", "f() { f | f & }; f; sleep 60"], workspace=tmp_path,
-                    limits=ResourceLimits(wall_s=2))  # fmt: skip
+                    limits=ResourceLimits(wall_s=2, processes=64))  # fmt: skip
+    done.set()
+    watcher.join()
     assert r.timed_out and time.monotonic() - t0 < 10
-    deadline = time.monotonic() + 10
-    while len(psutil.pids()) > before + 20 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    assert peak[0] < before + 64 + 20  # the host's pid table never fills up
     assert len(psutil.pids()) < before + 20  # nothing of it is left on the host
     r = sandbox.run(["/bin/sleep", "60"], workspace=tmp_path, limits=ResourceLimits(wall_s=1))
     assert r.timed_out and r.duration_s < 5
+
+
+def test_a_pids_cgroup_caps_and_kills_a_tree_that_left_its_process_group(
+    tmp_path: Path,
+) -> None:
+    """Where a pids cgroup can be made: its cap holds for a process that is root, and closing
+    it kills a member that left the command's process group (setsid)."""
+    group = PidsCgroup.create(5)
+    if group is None:
+        pytest.skip("no writable pids cgroup here")
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", "setsid sleep 300 & for i in 1 2 3 4 5 6 7 8; do sleep 300 & done; wait"],
+        preexec_fn=group.enter, stderr=subprocess.PIPE,  # noqa: PLW1509
+    )  # fmt: skip
+    try:
+
+        def refused() -> int:  # pids.events reads "max <forks refused>"
+            return int((group.path / "pids.events").read_text().split()[-1])
+
+        deadline = time.monotonic() + 5
+        while refused() == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert refused() > 0
+        members = group.members()
+        assert 2 <= len(members) <= 5  # the shell and some sleeps: the rest could not fork
+        proc.kill()
+        proc.wait()
+        group.close()
+        assert not group.path.exists()
+        assert all(not psutil.pid_exists(p) or psutil.Process(p).status() == "zombie"
+                   for p in members)  # fmt: skip
+    finally:
+        proc.kill()
+        group.close()
 
 
 def test_output_is_capped_and_cleaned(sandbox: Sandbox, tmp_path: Path) -> None:

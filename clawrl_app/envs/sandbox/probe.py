@@ -49,7 +49,16 @@ def probe() -> SandboxStatus:
     if r.exit_code != 0:
         why = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
         return SandboxStatus("bubblewrap", True, False, f"bwrap failed ({why[0]}); {USERNS_HINT}")
-    return SandboxStatus("bubblewrap", True, True, "isolated (namespaces, no network)", ms)
+    from clawrl_app.envs.sandbox.pids_cgroup import process_cap
+
+    cap = process_cap()
+    caps = (
+        f"processes capped by {cap}"
+        if cap
+        else "no process cap: run as root without a writable pids cgroup, a fork bomb is "
+        "stopped only by the wall limit"
+    )
+    return SandboxStatus("bubblewrap", True, True, f"isolated (namespaces, no network); {caps}", ms)
 
 
 def make_sandbox(allow_unsafe: bool = False) -> Sandbox:

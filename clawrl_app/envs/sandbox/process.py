@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from clawrl_app.envs.sandbox.base import ExecResult, SandboxError
 from clawrl_app.envs.sandbox.limits import ResourceLimits
+from clawrl_app.envs.sandbox.pids_cgroup import PidsCgroup
 from clawrl_app.envs.sandbox.text import CappedReader
 
 MB = 1024 * 1024
@@ -36,12 +37,15 @@ def user_process_count(uid: int | None = None) -> int:
     return n
 
 
-def _rlimits(limits: ResourceLimits, nproc: int) -> None:
+def _rlimits(limits: ResourceLimits, nproc: int, group: PidsCgroup | None) -> None:
     """In the child, before exec. RLIMIT_NPROC counts every process of the real user (the
     user's desktop too), so it is set to what the user has now plus the command's budget:
     a fork bomb stops there instead of filling the machine's pid table before the wall
-    limit kills it. (Inside the sandbox the processes have no capabilities, so the limit
-    holds even for root.)"""
+    limit kills it. The kernel never applies RLIMIT_NPROC to root, so where a pids cgroup
+    could be made the child enters it first: that cap holds for every user."""
+    if group is not None:
+        with contextlib.suppress(OSError):  # then the rlimit alone applies
+            group.enter()
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_mb * MB,) * 2)
     resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files,) * 2)
@@ -65,8 +69,26 @@ def run_limited(
     stdin: str | None = None,
 ) -> ExecResult:
     """Run `argv`; never raises for what the command does, SandboxError if it cannot start."""
-    t0 = time.monotonic()
     nproc = user_process_count() + limits.processes
+    group = PidsCgroup.create(limits.processes)
+    try:
+        return _run(argv, env=env, limits=limits, cwd=cwd, stdin=stdin, nproc=nproc, group=group)
+    finally:
+        if group is not None:
+            group.close()  # every process it left, in or out of its process group
+
+
+def _run(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    limits: ResourceLimits,
+    cwd: str | None,
+    stdin: str | None,
+    nproc: int,
+    group: PidsCgroup | None,
+) -> ExecResult:
+    t0 = time.monotonic()
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -76,7 +98,7 @@ def run_limited(
             env=dict(env),
             cwd=cwd,
             start_new_session=True,  # its own process group: killed as a whole
-            preexec_fn=lambda: _rlimits(limits, nproc),  # noqa: PLW1509 (no threads touched here)
+            preexec_fn=lambda: _rlimits(limits, nproc, group),  # noqa: PLW1509 (no threads touched here)
             close_fds=True,
         )
     except OSError as exc:
