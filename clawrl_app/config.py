@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -280,6 +280,32 @@ class HealthSettings(_Section):
     this fraction (0.5 = 50 % longer or shorter)."""
 
 
+class GuardSettings(_Section):
+    """The personal regression guard: each new checkpoint answers your held-out prompts and a
+    general set before it is served; one that regresses is refused."""
+
+    enabled: bool = True
+    """Check new checkpoints before serving them (false: publish without the check)."""
+    every: int = Field(default=1, ge=1)
+    """Check every Nth checkpoint that reaches publishing (the others publish unchecked)."""
+    holdout_share: float = Field(default=0.1, ge=0.0, le=0.5)
+    """Share of your main turns held out when recorded: judged, never trained on; they form
+    the personal evaluation set."""
+    personal_items: int = Field(default=32, ge=1)
+    """How many of the newest judged held-out turns the personal score uses."""
+    min_personal_items: int = Field(default=8, ge=1)
+    """Fewest held-out turns before the personal score can refuse a version (fewer: it is
+    recorded but does not decide)."""
+    max_personal_drop: float = Field(default=0.15, ge=0.0, le=1.0)
+    """Refuse a version whose personal score is below the served one's by more than this."""
+    general_items: int = Field(default=40, ge=0)
+    """How many questions of the shipped general set (scored by code) to ask (0: none)."""
+    max_general_drop: float = Field(default=0.05, ge=0.0, le=1.0)
+    """Refuse a version whose general score is below the served one's by more than this."""
+    max_tokens: int = Field(default=48, ge=1)
+    """Answer length for the general questions (greedy)."""
+
+
 class Settings(_Section):
     """The effective configuration of one run."""
 
@@ -301,6 +327,8 @@ class Settings(_Section):
     """Redaction and incognito traffic (what is recorded at all)."""
     health: HealthSettings = HealthSettings()
     """Judge health: agreement with your ratings, reward balance, answer-length drift."""
+    guard: GuardSettings = GuardSettings()
+    """The personal regression guard (held-out prompts + a general set, before serving)."""
 
 
 UPSTREAM_ENV: dict[str, tuple[str, str]] = {

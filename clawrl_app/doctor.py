@@ -68,7 +68,39 @@ def run_doctor(settings: Settings, paths: AppPaths, *, resolve: bool = True) -> 
         print("\nJudge health")
         for line in judge_health_lines(settings, paths.store_file):
             print(f"  {line}")
+        print("\nRegression guard")
+        for line in guard_lines(settings, paths.store_file):
+            print(f"  {line}")
     return 0 if store_ok else 1
+
+
+def guard_lines(settings: Settings, store_file: Path) -> list[str]:
+    """Whether the guard is on and with what thresholds, the personal set's size, and its
+    latest verdicts (a refusal first says so)."""
+    from datetime import datetime
+
+    from clawrl_app.engine.store.peek import held_out_count_readonly, latest_events_readonly
+
+    g = settings.guard
+    if not g.enabled:
+        return ["OFF (guard.enabled = false): new checkpoints are served without the check"]
+    lines = [
+        f"on: every {g.every} checkpoint(s); refuses a drop of > {g.max_personal_drop:g} "
+        f"personal (with >= {g.min_personal_items} held-out turns) or > {g.max_general_drop:g} "
+        f"general ({g.general_items} questions)",
+        f"held-out turns (never trained on): {held_out_count_readonly(store_file)} "
+        f"({g.holdout_share:.0%} of new main turns)",
+    ]
+    checked = latest_events_readonly(store_file, "GuardChecked", limit=5)
+    if not checked:
+        return [*lines, "no checkpoint checked yet"]
+    for ev in checked:
+        p = ev.payload
+        verdict = "passed" if p.get("passed") else "REFUSED: " + "; ".join(p.get("reasons") or [])
+        lines.append(
+            f"{datetime.fromtimestamp(ev.ts):%Y-%m-%d %H:%M}  {p.get('summary')}: {verdict}"
+        )
+    return lines
 
 
 def privacy_lines(settings: Settings, store_file: Path | None) -> list[str]:

@@ -111,12 +111,15 @@ class SmokeRun:
 
 def smoke_settings(settings: Settings, model_path: Path) -> Settings:
     """The user's settings with what the smoke test needs: the already-resolved model folder,
-    a free loopback port without an API key, training on with batch 1 and no review grace."""
+    a free loopback port without an API key, training on with batch 1 and no review grace,
+    and no regression guard (it would answer the general set before the one step publishes:
+    the guard has its own tests; the smoke test checks the pipeline end to end)."""
     data = settings.model_dump()
     data["model"]["path"] = str(model_path)
     data["server"].update(host="127.0.0.1", port=0, require_api_key=False)
     data["train"].update(enabled=True, batch_size=1)
     data["review"].update(grace_s=0.0)
+    data["guard"].update(enabled=False)
     return Settings.model_validate(data)
 
 

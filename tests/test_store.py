@@ -229,7 +229,8 @@ def test_session_idx_is_unique_even_under_concurrent_writers(db_path: Path) -> N
         raw.execute(
             "INSERT INTO turns SELECT NULL, session_id, idx, type, request_json, response_text, "
             "response_json, prompt_ids, response_ids, logprobs, policy_version, latency_ms, "
-            "prompt_tokens, completion_tokens, finish_reason, created, redacted FROM turns LIMIT 1"
+            "prompt_tokens, completion_tokens, finish_reason, created, redacted, holdout "
+            "FROM turns LIMIT 1"
         )
     for s in stores:
         s.close()

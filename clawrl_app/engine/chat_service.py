@@ -40,6 +40,7 @@ from clawrl_app.engine.chat_format import (
 )
 from clawrl_app.engine.cpu_share import ServingActivity
 from clawrl_app.engine.events import EventSink, SessionClosed, TurnRecorded
+from clawrl_app.engine.guard import is_held_out
 from clawrl_app.engine.openai_schema import ApiError, ChatRequest, TokenLogprob, parse_chat_request
 from clawrl_app.engine.sampling_defaults import OPENAI_DEFAULTS, SamplingDefaults
 from clawrl_app.engine.sessions import (
@@ -118,6 +119,7 @@ class ChatService:
         sampling_defaults: SamplingDefaults = OPENAI_DEFAULTS,
         stop_repetition: bool = False,
         privacy: PrivacyPolicy | None = None,
+        holdout_share: float = 0.0,
     ) -> None:
         self.backend = backend
         self.formatter = formatter
@@ -142,6 +144,8 @@ class ChatService:
         """The redactor and the incognito rules (`[privacy]` settings)."""
         self.incognito_turns = 0
         """Turns answered and deliberately not recorded (incognito), since start-up."""
+        self.holdout_share = holdout_share
+        """Share of main turns held out for the regression guard (`guard.holdout_share`)."""
 
     # -- names -----------------------------------------------------------------------
     def model_name(self, version: str) -> str:
@@ -413,6 +417,7 @@ class ChatService:
             prompt_tokens=len(prep.prompt_ids),
             completion_tokens=len(ids),
             finish_reason=reason,
+            holdout=self._held_out(prep, d.source, d.session_id),
         )
         if d.turn_type == "main":
             self.tracker.remember(d.session_id, prep.messages, answer)
@@ -431,6 +436,13 @@ class ChatService:
             self.tracker.close(d.session_id)
             self.events(SessionClosed(d.session_id, "done"))
         return row
+
+    def _held_out(self, prep: PreparedChat, source: str, session_id: str) -> bool:
+        """Whether this main turn joins the guard's personal set (chosen now, by a fixed
+        hash of the session and the turn's position); env rollouts never do."""
+        if prep.decision.turn_type != "main" or source.startswith(ENV_SOURCE_PREFIX):
+            return False
+        return is_held_out(f"{session_id}:{len(prep.messages)}", self.holdout_share)
 
     def redact_turn(self, source: str, turn: NewTurn) -> NewTurn:
         """The turn as it may be stored: text redacted; with any finding, no token ids and
@@ -454,6 +466,7 @@ class ChatService:
             response_ids=[],
             logprobs=[],
             redactions=counts,
+            holdout=False,  # without its token ids it cannot be scored
         )
 
     def _write_turn(self, source: str, turn: NewTurn, done: bool) -> int:

@@ -130,6 +130,22 @@ class PublishRefused(Event):
 
 
 @dataclass(frozen=True)
+class GuardChecked(Event):
+    """The regression guard scored a candidate against the served version before serving it;
+    `passed` False: it was refused (a PublishRefused follows) for `reasons`."""
+
+    version: str
+    served: str
+    passed: bool
+    summary: str
+    reasons: list[str]
+    personal: float | None = None
+    general: float | None = None
+    served_personal: float | None = None
+    served_general: float | None = None
+
+
+@dataclass(frozen=True)
 class StepStarted(Event):
     """The trainer began optimizer step `step`."""
 

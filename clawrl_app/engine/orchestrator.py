@@ -37,6 +37,7 @@ from clawrl_app.engine.events import (
     fan_out,
 )
 from clawrl_app.engine.feedback import Feedback, apply_feedback, parse_feedback
+from clawrl_app.engine.guard import RegressionGuard
 from clawrl_app.engine.http_server import HttpServer, bind_socket
 from clawrl_app.engine.judge import JudgeLoop, build_judge
 from clawrl_app.engine.openai_schema import ApiError
@@ -187,6 +188,7 @@ class Engine:
             ),
             stop_repetition=s.server.stop_repetition,
             privacy=PrivacyPolicy.from_settings(s.privacy),
+            holdout_share=s.guard.holdout_share if s.guard.enabled else 0.0,
             max_concurrent=s.server.max_concurrent,
             request_timeout_s=s.server.request_timeout_s,
             events=self._emit,
@@ -227,6 +229,12 @@ class Engine:
             tolerance=1e-3 if not self.plan.serve_devices else 5e-2,
             state_file=self.paths.data_dir / "served.json",
             activity=self.service.activity,
+            guard=(
+                RegressionGuard(self.store, backend, self.service.formatter, s.guard)
+                if s.guard.enabled
+                else None
+            ),
+            on_guard_refused=self._guard_refused,
         )
         restored = await self.publisher.restore_served()
         if restored is not None:
@@ -505,6 +513,13 @@ class Engine:
         )
         self._emit(RolledBack(previous, target, reason))
         return {"object": "rollback", "from": previous, "to": target, "reason": reason}
+
+    async def _guard_refused(self, served: str) -> None:
+        """The guard refused a candidate: the trainer goes back to the served version (as
+        after a rollback), so the next checkpoints do not build on the regression."""
+        if self.trainer is not None:
+            await self.trainer.stop()
+            await self.trainer.start(resume_from="none" if served == "base" else served)
 
     async def _rollback_route(self, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):

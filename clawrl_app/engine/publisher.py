@@ -5,6 +5,9 @@ log-probs (a mismatch refuses the version), then new requests are routed to it; 
 version is unloaded once its in-flight requests finish. Serving never returns 503 or
 stalls because of this. A damaged checkpoint folder (manifest or weights) is refused
 before anything is loaded, with the reason logged; later checkpoints publish as usual.
+With a regression guard, a candidate that passed the canary is scored against the served
+version before it is activated, and refused when it regresses (`on_guard_refused` then lets
+the trainer go back to the served version).
 """
 
 from __future__ import annotations
@@ -13,13 +16,14 @@ import asyncio
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clawrl_app.engine.backends.base import Backend, BackendError
 from clawrl_app.engine.checkpoints import checkpoint_problem, read_manifest
 from clawrl_app.engine.cpu_share import ServingActivity
 from clawrl_app.engine.events import (
     EventSink,
+    GuardChecked,
     LoopFailed,
     PolicyPublished,
     PublishRefused,
@@ -34,6 +38,11 @@ from clawrl_app.engine.rollback import (
 )
 from clawrl_app.engine.store import CheckpointRow, Store, StoreError
 from clawrl_app.engine.store.faults import log_failure
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from clawrl_app.engine.guard import RegressionGuard
 
 log = logging.getLogger("clawrl.publisher")
 
@@ -58,6 +67,8 @@ class Publisher:
         interval_s: float = 0.25,
         state_file: Path | None = None,
         activity: ServingActivity | None = None,
+        guard: RegressionGuard | None = None,
+        on_guard_refused: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.store = store
         self.state_file = state_file
@@ -72,6 +83,9 @@ class Publisher:
         self.last_publish_s: float | None = None
         self.activity = activity
         """Raised while publishing, like an answer: a CPU-sharing trainer pauses meanwhile."""
+        self.guard = guard
+        self.on_guard_refused = on_guard_refused
+        """Called with the served version after the guard refused a candidate."""
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
 
@@ -121,6 +135,18 @@ class Publisher:
                         gap,
                     )
                     return False
+            if check and self.guard is not None and self.guard.due():
+                verdict = await self._guard(name, previous, row.step)
+                if verdict is not None and not verdict.passed:
+                    await self._release(name, previous, activated, loaded)
+                    self._refuse(
+                        name,
+                        f"{name} not published: the regression guard found it worse than "
+                        f"{previous}: {'; '.join(verdict.reasons)}",
+                    )
+                    if self.on_guard_refused is not None:
+                        await self.on_guard_refused(previous)
+                    return False
             if not activated:
                 await self.backend.activate(name)
         except BaseException:  # a failed check or switch releases the version it loaded
@@ -136,6 +162,33 @@ class Publisher:
         if previous not in ("base", name):
             asyncio.create_task(self._unload_later(previous))
         return True
+
+    async def _guard(self, name: str, served: str, step: int) -> Any:
+        """The guard's verdict on `name`; None when it could not score (then the version is
+        published as without a guard: a broken check never stops learning, and says so)."""
+        assert self.guard is not None
+        if self.activity is not None:  # background work, like judging: the trainer goes on
+            self.activity.end()
+        try:
+            verdict = await self.guard.check(name, served, step)
+        except Exception as exc:
+            reason = f"the regression guard could not score {name}: {type(exc).__name__}: {exc}"
+            self.guard.last_error = reason
+            log.warning("%s; publishing it unchecked", reason)
+            self.events(LoopFailed("guard", reason))
+            return None
+        finally:
+            if self.activity is not None:
+                self.activity.begin()
+        c, s = verdict.candidate, verdict.served
+        log.info("guard: %s: %s", verdict.summary(), "passed" if verdict.passed else "REFUSED")
+        self.events(
+            GuardChecked(
+                name, served, verdict.passed, verdict.summary(), list(verdict.reasons),
+                c.personal, c.general, s.personal, s.general,
+            )
+        )  # fmt: skip
+        return verdict
 
     def _refuse(self, name: str, reason: str, gap: float | None = None) -> None:
         """Mark `name` refused (never tried again) and say so everywhere: the log, the status,
@@ -261,4 +314,5 @@ class Publisher:
             "last_error": self.last_error,
             "version": self.backend.active_version,
             "last_publish_s": self.last_publish_s,
+            "guard": self.guard.status() if self.guard is not None else {"enabled": False},
         }

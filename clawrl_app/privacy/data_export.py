@@ -24,7 +24,7 @@ FORMAT_VERSION = 1
 FILES = {
     "sessions.jsonl": "one conversation per line (id, source, times, review state, note)",
     "turns.jsonl": "every recorded request/answer: messages, answer text, token ids, "
-    "behaviour log-probs, policy version, usage, `redacted` findings",
+    "behaviour log-probs, policy version, usage, `redacted` findings, `holdout`",
     "samples.jsonl": "each main turn's next state and state (pending/judged/trained/...), "
     "with its `judgment` (votes, score, hint, user rating, teacher log-probs) or null",
     "episodes.jsonl": "agentic-environment episodes (task, status, verifier outcome)",

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from clawrl_app.engine.engine_thread import EngineThread
 
 EventCallback = Callable[[str, dict[str, Any]], None]
-CURVES = ("loss", "reward/mean", "kl", "clip_frac")
+CURVES = ("loss", "reward/mean", "kl", "clip_frac", "guard/personal", "guard/general")
 
 
 class EngineClient(Protocol):

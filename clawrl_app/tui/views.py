@@ -244,6 +244,30 @@ def judge_health_lines(status: dict[str, Any], versions: int = 3) -> list[str]:
     return lines
 
 
+CURVE_TITLES = {
+    "guard/personal": "personal score (held-out turns)",
+    "guard/general": "general score (code-checked)",
+}
+
+
+def curve_title(name: str) -> str:
+    """A chart's title: the metric's name, or what a guard score means."""
+    return CURVE_TITLES.get(name, name)
+
+
+def guard_banner(status: dict[str, Any]) -> str:
+    """The regression guard's last verdict when it refused a version (else empty)."""
+    guard = (status.get("publishing") or {}).get("guard") or {}
+    last = guard.get("last")
+    if not last or last.get("passed", True):
+        return ""
+    why = "; ".join(last.get("reasons") or [])
+    return (
+        f"⚠ {last['candidate']} refused by the regression guard, {last['served']} still served: "
+        f"{why}. Training went back to {last['served']}."
+    )
+
+
 def judge_health_warnings(status: dict[str, Any]) -> list[str]:
     """The judge-health warnings, one line each with a marker (none when all is well)."""
     h = status.get("judge_health") or {}

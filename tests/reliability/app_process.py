@@ -44,6 +44,7 @@ def app_env(home: Path, model_dir: Path, port: int, extra: Mapping[str, str]) ->
         CLAWRL_SERVER__PORT=str(port),
         CUDA_VISIBLE_DEVICES="",
         PYTHON_KEYRING_BACKEND="keyring.backends.fail.Keyring",
+        CLAWRL_GUARD__ENABLED="false",  # the guard's own tests turn it on
     )
     env.update(extra)
     return env

@@ -11,7 +11,7 @@ round-trip exactly. JSON columns come back parsed. Times are Unix seconds (`time
 The package splits the store by what each part does: `schema` (DDL and migrations), `rows`
 (row objects and value encoding), `connection` (opening, transactions, health), `faults`
 (what a failure of the file or disk means for the user), and one mixin per
-area (`sessions`, `turns`, `samples`, `checkpoints`, `episodes`, `privacy`, `health`), combined here
+area (`sessions`, `turns`, `samples`, `checkpoints`, `episodes`, `privacy`, `health`, `guard`), combined here
 into `Store`.
 """
 
@@ -21,6 +21,7 @@ from clawrl_app.engine.store.checkpoints import CheckpointsMixin
 from clawrl_app.engine.store.connection import StoreBase, StoreWatcher
 from clawrl_app.engine.store.episodes import EpisodeRefused, EpisodesMixin
 from clawrl_app.engine.store.faults import FAULT_KINDS, StoreError, check_store_file
+from clawrl_app.engine.store.guard import GuardMixin, HeldOutItem
 from clawrl_app.engine.store.health import HealthMixin, VersionLength
 from clawrl_app.engine.store.privacy import DeletedSession, PrivacyMixin
 from clawrl_app.engine.store.rows import (
@@ -66,6 +67,7 @@ __all__ = [
     "EpisodeRefused",
     "EpisodeRow",
     "EventRow",
+    "HeldOutItem",
     "JudgmentRow",
     "MetricRow",
     "NewTurn",
@@ -89,6 +91,7 @@ class Store(
     EpisodesMixin,
     PrivacyMixin,
     HealthMixin,
+    GuardMixin,
     StoreBase,
 ):
     """The SQLite store: open with `Store(path)`, close with `close()` or a `with` block."""

@@ -46,6 +46,17 @@ def redaction_counts_readonly(path: Path) -> dict[str, int]:
     return {str(kind): int(n) for kind, n in rows}
 
 
+def held_out_count_readonly(path: Path) -> int:
+    """Turns held out for the regression guard; 0 for a store from before schema v5."""
+    conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
+    try:
+        return int(conn.execute("SELECT count(*) FROM turns WHERE holdout = 1").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        conn.close()
+
+
 def judge_health_inputs_readonly(
     path: Path, ratings: int, judgments: int, window: int
 ) -> tuple[list[float], dict[int, int], list[VersionLength]]:

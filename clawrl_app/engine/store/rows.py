@@ -90,6 +90,8 @@ class NewTurn:
     the original text (decoding them gives the secret back) and cannot be re-derived from
     the redacted text without breaking the behaviour log-probs, so such a turn is recorded
     for reading but never trained on (its sample is skipped with a reason)."""
+    holdout: bool = False
+    """Held out for the regression guard's personal evaluation set: judged, never trained."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,8 @@ class TurnRow:
     created: float
     redacted: int = 0
     """How many findings were redacted from this turn (its ids were dropped then)."""
+    holdout: int = 0
+    """1: in the regression guard's personal evaluation set (judged, never trained on)."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ from clawrl_app.engine.store.faults import StoreError
 from clawrl_app.engine.store.rows import JudgmentRow, SampleRow, _build, _check, _dumps, _now, _pack
 from clawrl_app.engine.store.schema import SAMPLE_STATES
 
+HOLDOUT_REASON = "held out: the regression guard's personal evaluation set"
+
 
 class SamplesMixin(StoreBase):
     """Creating and claiming samples, recording verdicts and user ratings, marking training."""
@@ -121,12 +123,15 @@ class SamplesMixin(StoreBase):
     def _mark_judged(
         cur: sqlite3.Cursor, sample_id: int, t: float, eligible_at: float | None
     ) -> JudgmentRow:
-        # A sample already trained or excluded keeps its state.
+        # A sample already trained or excluded keeps its state; a held-out turn's sample is
+        # judged (the guard's personal set needs its score) but skipped for training.
         cur.execute(
             "UPDATE samples SET judged_at = ?, eligible_at = coalesce(?, eligible_at), "
-            "claimed_at = NULL, skip_reason = NULL, state = 'judged' "
-            "WHERE id = ? AND state IN ('pending', 'skipped', 'judged')",
-            (t, eligible_at, sample_id),
+            "claimed_at = NULL, skip_reason = CASE WHEN h.holdout = 1 THEN ? END, "
+            "state = CASE WHEN h.holdout = 1 THEN 'skipped' ELSE 'judged' END "
+            "FROM (SELECT holdout FROM turns WHERE id = (SELECT turn_id FROM samples "
+            "WHERE id = ?)) AS h WHERE id = ? AND state IN ('pending', 'skipped', 'judged')",
+            (t, eligible_at, HOLDOUT_REASON, sample_id, sample_id),
         )
         row = cur.execute("SELECT * FROM judgments WHERE sample_id = ?", (sample_id,))
         return _build(JudgmentRow, row.fetchone())
@@ -199,7 +204,9 @@ class SamplesMixin(StoreBase):
         return self._all(
             SampleRow,
             "SELECT s.* FROM samples s JOIN sessions ss ON ss.id = s.session_id "
+            "JOIN turns t ON t.id = s.turn_id "
             "WHERE s.state = 'judged' AND s.eligible_at <= ? AND ss.review_state != 'excluded' "
+            "AND t.holdout = 0 "
             "AND (NOT ? OR ss.review_state = 'approved') ORDER BY s.id LIMIT ?",
             (_now(now), approved_only, limit),
         )

@@ -96,6 +96,12 @@ MIGRATIONS: list[str] = [
     CREATE TABLE redaction_counts (
         kind TEXT PRIMARY KEY, count INTEGER NOT NULL DEFAULT 0, updated REAL NOT NULL);
     """,
+    # v5: the regression guard's personal evaluation set: a share of main turns chosen when
+    # they are recorded, judged like every turn but never trained on
+    """
+    ALTER TABLE turns ADD COLUMN holdout INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX turns_held_out ON turns(id) WHERE holdout = 1;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -35,15 +35,15 @@ class TurnsMixin(StoreBase):
             cur.execute(
                 "INSERT INTO turns (session_id, idx, type, request_json, response_text, "
                 "response_json, prompt_ids, response_ids, logprobs, policy_version, latency_ms, "
-                "prompt_tokens, completion_tokens, finish_reason, created, redacted) VALUES (?1, "
-                "(SELECT coalesce(max(idx), -1) + 1 FROM turns WHERE session_id = ?1), "
-                "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                "prompt_tokens, completion_tokens, finish_reason, created, redacted, holdout) "
+                "VALUES (?1, (SELECT coalesce(max(idx), -1) + 1 FROM turns WHERE session_id = ?1), "
+                "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
                 (turn.session_id, turn.type, _dumps(turn.request), turn.response_text,
                  _dumps(turn.response), _pack(_INT32, turn.prompt_ids),
                  _pack(_INT32, turn.response_ids), _pack("d", turn.logprobs),
                  turn.policy_version, turn.latency_ms, turn.prompt_tokens,
                  turn.completion_tokens, turn.finish_reason, t,
-                 sum(turn.redactions.values())),
+                 sum(turn.redactions.values()), int(turn.holdout)),
             )  # fmt: skip
             row = cur.execute("SELECT * FROM turns WHERE id = ?", (cur.lastrowid,)).fetchone()
             count_redactions(cur, turn.redactions, t)

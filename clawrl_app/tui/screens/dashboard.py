@@ -1,5 +1,6 @@
-"""Dashboard: endpoint and key, served version, plan, loop states, judge health, counters,
-training curves."""
+"""Dashboard: endpoint and key, served version, plan, loop states, judge health, the
+regression guard's last refusal, counters, training curves and each version's personal and
+general score."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ class DashboardScreen(EngineScreen):
             "StoreRecovered",
             "StepStarted",
             "StepFinished",
+            "GuardChecked",
         }
     )
     BINDINGS = [Binding("r", "reload", "Refresh", id="dashboard.refresh")]
@@ -67,6 +69,7 @@ class DashboardScreen(EngineScreen):
                 yield Static("", id="plan")
                 yield Static("", id="health")
             yield Static("", id="health-warnings")
+            yield Static("", id="guard-banner")
             yield Static("", id="counters")
             with Grid(id="curves"):
                 for name in CURVES:
@@ -102,6 +105,10 @@ class DashboardScreen(EngineScreen):
         box = self.query_one("#health-warnings", Static)
         box.update(Text("\n".join(warnings)))  # plain text: no markup in engine sentences
         box.set_class(bool(warnings), "-warn")
+        banner = views.guard_banner(status)
+        guard = self.query_one("#guard-banner", Static)
+        guard.update(Text(banner))
+        guard.set_class(bool(banner), "-warn")
         self.query_one("#counters", Static).update(views.counter_line(status))
         for name in CURVES:
             points = message.metrics.get(name, [])
@@ -112,8 +119,8 @@ class DashboardScreen(EngineScreen):
             steps, values = views.curve(points)
             plt = widget.plt
             plt.clear_data()
-            plt.title(name)
+            plt.title(views.curve_title(name))
             if steps:
                 plt.plot(steps, values, marker="braille")
-            plt.xlabel("step")
+            plt.xlabel("step" if not name.startswith("guard/") else "version's step")
             widget.refresh()

@@ -1,0 +1,126 @@
+"""What the regression guard costs and decides, on the embedded model (CPU, torch backend).
+
+Held-out personal turns: the base model's own greedy answers to N questions, rated +1 (as a
+user who liked them). Candidates: a harmless LoRA adapter (B = 0: the base model's outputs)
+and a damaged one (large random LoRA weights). For each: the time to score the personal
+set and to answer the general set at the default settings, both scores and the verdict
+against the base model.
+
+Run: `.venv/bin/python bench/guard.py [--personal 32] [--general 40] [--max-tokens 48]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from clawrl_app.config import GuardSettings  # noqa: E402
+from clawrl_app.engine.backends.torch_backend import TorchBackend  # noqa: E402
+from clawrl_app.engine.chat_format import ChatFormatter  # noqa: E402
+from clawrl_app.engine.compare import answer  # noqa: E402
+from clawrl_app.engine.guard import RegressionGuard, decide  # noqa: E402
+from clawrl_app.engine.store import NewTurn, Store  # noqa: E402
+from clawrl_app.general_eval import load_general_set  # noqa: E402
+from clawrl_app.models import load_model, resolve_model  # noqa: E402
+from clawrl_app.paths import app_paths  # noqa: E402
+
+TOPICS = ["rivers", "bread", "the moon", "chess", "rain", "bicycles", "owls", "tea"]
+
+
+def make_adapter(model: Any, out: Path, damaged: bool) -> Path:
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    cfg = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj", "o_proj"],
+                     init_lora_weights=not damaged)  # fmt: skip
+    peft_model = get_peft_model(copy.deepcopy(model), cfg)
+    if damaged:
+        with torch.no_grad():
+            for name, p in peft_model.named_parameters():
+                if "lora_" in name:
+                    p.mul_(40.0)
+    peft_model.save_pretrained(str(out))
+    return out
+
+
+async def run(args: argparse.Namespace, home: Path) -> list[dict[str, Any]]:
+    model, tok = load_model(resolve_model(None, app_paths(Path(args.home))))
+    fmt = ChatFormatter(tok)
+    store = Store(home / "store.db")
+    be = TorchBackend(copy.deepcopy(model), tok, model_name="m", context_length=2048)
+    await be.start()
+    settings = GuardSettings(general_items=args.general, max_tokens=args.max_tokens,
+                             personal_items=args.personal)  # fmt: skip
+    for k in range(args.personal):
+        q = f"Tell me one fact about {TOPICS[k % len(TOPICS)]} (#{k})."
+        msgs = [{"role": "user", "content": q}]
+        prompt = fmt.render(msgs)
+        text = await answer(be, fmt, "base", msgs, 32)
+        ids = tok.encode(text, add_special_tokens=False)
+        store.ensure_session(f"s{k}", "bench")
+        row = store.record_turn(NewTurn(f"s{k}", "main", {"messages": msgs}, text, prompt, ids,
+                                        [0.0] * len(ids), "base", holdout=True))  # fmt: skip
+        store.set_user_rating(row.id, 1, None, eligible_at=0.0)
+    guard = RegressionGuard(store, be, fmt, settings, load_general_set())
+    rows = []
+    for name, damaged in (("base", None), ("harmless", False), ("damaged", True)):
+        if damaged is not None:
+            await be.load_adapter(name, make_adapter(model, home / name, damaged))
+        t0 = time.perf_counter()
+        personal, pn = await guard.personal(name)
+        t1 = time.perf_counter()
+        general, gn = await guard.general_score(name)
+        t2 = time.perf_counter()
+        rows.append({"version": name, "personal": personal, "personal_n": pn,
+                     "personal_s": t1 - t0, "general": general, "general_n": gn,
+                     "general_s": t2 - t1})  # fmt: skip
+    await be.stop()
+    from clawrl_app.engine.guard import VersionScores
+
+    def scores(r: dict[str, Any]) -> VersionScores:
+        return VersionScores(r["version"], r["personal"], r["personal_n"], r["general"],
+                             r["general_n"])  # fmt: skip
+
+    for r in rows:
+        v = decide(scores(r), scores(rows[0]), settings)
+        r["verdict"] = "-" if r["version"] == "base" else ("passed" if v.passed else "REFUSED")
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--personal", type=int, default=32, help="held-out turns")
+    ap.add_argument("--general", type=int, default=40, help="general questions")
+    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--home", default=str(Path.home() / ".cache" / "clawrl-bench"),
+                    help="where the embedded model is converted once")  # fmt: skip
+    ap.add_argument("--json", help="also write the rows here")
+    args = ap.parse_args()
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = asyncio.run(run(args, Path(tmp)))
+    print(f"\nGuard on the embedded model: {args.personal} held-out turns, {args.general} "
+          f"general questions, {args.max_tokens} tokens\n")  # fmt: skip
+    print("| version | personal | scoring (s) | general | answering (s) | vs base |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['version']} | {r['personal']:.2f} ({r['personal_n']}) | "
+              f"{r['personal_s']:.1f} | {r['general']:.2f} ({r['general_n']}) | "
+              f"{r['general_s']:.1f} | {r['verdict']} |")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
