@@ -15,6 +15,7 @@ from typing import Any
 
 from clawrl_app.config import LoadedSettings
 from clawrl_app.paths import AppPaths
+from clawrl_app.tui.compare_views import guard_text
 
 _STYLE = {"a": ("\x1b[1;31m", "\x1b[0m"), "b": ("\x1b[1;32m", "\x1b[0m")}
 _PLAIN = {"a": ("[-", "-]"), "b": ("{+", "+}")}
@@ -24,10 +25,10 @@ def add_compare_parser(sub: Any) -> None:
     p = sub.add_parser(
         "compare",
         help="answers of two versions to the same prompts, side by side with the differences",
-        description="Replay the last real user prompts (or a file's) through two loaded "
-        "versions, greedily, as unrecorded background traffic, and print the answers side by "
-        "side with the words that differ highlighted. Only loaded versions answer (the base "
-        "model and the served version): serve a version first to compare it.",
+        description="Replay the last real user prompts (or a file's) through two versions, "
+        "greedily, as unrecorded background traffic, and print the answers side by side with "
+        "the words that differ highlighted, and both versions' regression-guard scores. An "
+        "older checkpoint the engine has not loaded is loaded for the comparison.",
     )
     p.add_argument("a", metavar="VERSION_A", help="base, v3, clawrl-v3, or clawrl (the served)")
     p.add_argument("b", metavar="VERSION_B", help="the version to compare with")
@@ -96,6 +97,9 @@ def format_report(result: dict[str, Any], width: int, color: bool) -> list[str]:
         f"{s['prompts'] - s['identical']} differ; mean length {s['a_words_mean']:.1f} vs "
         f"{s['b_words_mean']:.1f} words (greedy, max {result['max_tokens']} tokens)"
     )
+    guard = guard_text(result, "; ")
+    if guard:
+        out.append(f"regression guard: {guard} (held-out preference agreement; code-checked)")
     return out
 
 

@@ -170,3 +170,40 @@ def test_the_endpoint_holds_out_a_share_of_main_turns_when_recording(
         assert store.held_out_count() == held
     finally:
         running.stop()
+
+
+def test_compare_loads_an_older_checkpoint_for_the_comparison_and_shows_guard_scores(
+    loaded_model: tuple[Any, Any], tmp_path: Path
+) -> None:
+    from clawrl_app.engine.compare import CompareError, run_compare
+
+    model, tok = loaded_model
+    fmt = ChatFormatter(tok)
+    store = Store(tmp_path / "store.db")
+    path = adapter(loaded_model, tmp_path / "v1", damaged=False)
+    store.register_checkpoint("v1", path, None, 1, {}, [], [])
+    store.mark_published("v1")
+    store.add_metrics(0, {GENERAL: 0.55, PERSONAL: 0.5}, "base")
+    store.add_metrics(1, {GENERAL: 0.6}, "v1")
+    prompts = [[{"role": "user", "content": "Name a fruit."}]]
+
+    async def go() -> tuple[dict[str, Any], list[str]]:
+        be = TorchBackend(copy.deepcopy(model), tok, model_name="m", context_length=2048)
+        await be.start()
+        try:
+            result = await run_compare(be, fmt, prompts, "base", "v1", 6, store=store)
+            with pytest.raises(CompareError, match="no checkpoint 'v9' that can answer"):
+                await run_compare(be, fmt, prompts, "base", "v9", 6, store=store)
+            return result, be.info().versions
+        finally:
+            await be.stop()
+
+    result, versions_after = asyncio.run(go())
+    assert result["loaded_for_compare"] == ["v1"] and "v1" not in versions_after
+    assert result["summary"]["identical"] == 1  # LoRA B = 0 answers as the base model
+    assert result["guard"] == {"a": {"personal": 0.5, "general": 0.55},
+                               "b": {"personal": None, "general": 0.6}}  # fmt: skip
+    from clawrl_app.tui.compare_views import summary_line
+
+    assert "general score 0.55 vs 0.60 · personal score 0.50 vs -" in summary_line(result)
+    store.close()

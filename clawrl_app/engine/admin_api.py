@@ -215,7 +215,7 @@ async def compare_json(engine: Engine, body: Any) -> dict[str, Any]:
     try:
         return await run_compare(
             engine.backend, engine.service.formatter, prompts, a, b, max_tokens,
-            alias=engine.service.alias,
+            alias=engine.service.alias, store=engine.store,
         )  # fmt: skip
     except CompareError as exc:
         raise ApiError(400, str(exc), code="compare_failed") from None

@@ -3,9 +3,10 @@
 Replays prompts (the last user message of recent real conversations with their earlier
 context, or prompts the user gives) through two loaded versions, greedily, on the backend's
 background lane: the answers are never recorded (no session, turn or sample, so never
-training data) and never slow user requests down. Only versions the backend has loaded can
-answer (the base model and the served version; older checkpoints are unloaded once another
-one is served), so `resolve_loaded` names what to do otherwise.
+training data) and never slow user requests down. A version the backend has not loaded (an
+older checkpoint) is loaded for the comparison from its checkpoint folder and unloaded after
+it. Each side also carries the version's stored regression-guard scores (personal and
+general, `engine.guard`), when the guard scored it.
 
 The diff and score functions are pure; `run_compare` is the replay.
 """
@@ -18,11 +19,17 @@ import json
 import re
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clawrl_app.engine.backends.base import GenerationRequest, SamplingParams, TokenOut
+from clawrl_app.engine.checkpoints import checkpoint_problem
+from clawrl_app.engine.rollback import USABLE
 from clawrl_app.engine.sessions import message_text
 from clawrl_app.engine.store import ENV_SOURCE_PREFIX, Store
+
+PERSONAL = "guard/personal"  # the metrics the regression guard stores per version
+GENERAL = "guard/general"
 
 if TYPE_CHECKING:
     from clawrl_app.engine.backends.base import Backend
@@ -130,12 +137,15 @@ def parse_prompts(text: str) -> list[Messages]:
     return out
 
 
+def version_name(name: str, backend: Backend, alias: str = "clawrl") -> str:
+    """`clawrl` -> the served version, `clawrl-v3` or `v3` -> v3."""
+    return backend.active_version if name == alias else name.removeprefix(f"{alias}-")
+
+
 def resolve_loaded(name: str, backend: Backend, alias: str = "clawrl") -> str:
-    """`clawrl` -> the served version, `clawrl-v3` or `v3` -> v3, if the backend has it
-    loaded; otherwise a CompareError saying what to do."""
-    if name == alias:
-        return backend.active_version
-    version = name.removeprefix(f"{alias}-")
+    """The version `name` means, if the backend has it loaded; otherwise a CompareError
+    saying what to do."""
+    version = version_name(name, backend, alias)
     loaded = backend.info().versions
     if version not in loaded:
         raise CompareError(
@@ -144,6 +154,38 @@ def resolve_loaded(name: str, backend: Backend, alias: str = "clawrl") -> str:
             "Checkpoints screen), then compare it with the version served before."
         )
     return version
+
+
+def checkpoint_to_load(version: str, backend: Backend, store: Store) -> Path | None:
+    """The folder to load `version` from for a comparison, or None when it is loaded
+    already; CompareError when no usable checkpoint has that name."""
+    if version in backend.info().versions:
+        return None
+    row = store.get_checkpoint(version)
+    if row is None or row.status not in USABLE:
+        usable = ["base", *(r.version for r in store.list_checkpoints() if r.status in USABLE)]
+        raise CompareError(
+            f"no checkpoint {version!r} that can answer; usable: {', '.join(usable)}"
+        )
+    return Path(row.path)
+
+
+async def load_for_compare(version: str, path: Path, backend: Backend) -> None:
+    """Load an older checkpoint for a comparison (the caller unloads it after)."""
+    problem = await asyncio.to_thread(checkpoint_problem, path)
+    if problem is not None:
+        raise CompareError(f"{version} cannot be loaded: its checkpoint folder: {problem}")
+    await backend.load_adapter(version, path)
+
+
+def guard_scores(store: Store | None, version: str) -> dict[str, float | None]:
+    """The version's stored regression-guard scores (None where it was not scored)."""
+    if store is None:
+        return {"personal": None, "general": None}
+    return {
+        "personal": store.version_score(PERSONAL, version),
+        "general": store.version_score(GENERAL, version),
+    }
 
 
 async def answer(
@@ -202,16 +244,43 @@ async def run_compare(
     b: str,
     max_tokens: int = 128,
     alias: str = "clawrl",
+    store: Store | None = None,
 ) -> dict[str, Any]:
-    """Answer every prompt with versions `a` and `b`; the JSON the admin route returns."""
-    va, vb = resolve_loaded(a, backend, alias), resolve_loaded(b, backend, alias)
+    """Answer every prompt with versions `a` and `b`; the JSON the admin route returns. With
+    a store, a checkpoint that is not loaded is loaded for the comparison and unloaded after
+    it (unless it became the served version meanwhile)."""
+    to_load: dict[str, Path] = {}
+    if store is None:
+        va, vb = resolve_loaded(a, backend, alias), resolve_loaded(b, backend, alias)
+    else:
+        va, vb = version_name(a, backend, alias), version_name(b, backend, alias)
+        for v in (va, vb):
+            if (path := checkpoint_to_load(v, backend, store)) is not None:
+                to_load[v] = path
     if not prompts:
         raise CompareError("no prompts: no recorded conversations yet; chat first or pass prompts")
-    items = []
-    for messages in prompts:
-        ans_a, ans_b = await asyncio.gather(
-            answer(backend, formatter, va, messages, max_tokens),
-            answer(backend, formatter, vb, messages, max_tokens),
-        )
-        items.append(compare_item(messages, ans_a, ans_b))
-    return {"a": va, "b": vb, "max_tokens": max_tokens, "items": items, "summary": summary(items)}
+    loaded_here: list[str] = []
+    try:
+        for v, path in to_load.items():
+            await load_for_compare(v, path, backend)
+            loaded_here.append(v)
+        items = []
+        for messages in prompts:
+            ans_a, ans_b = await asyncio.gather(
+                answer(backend, formatter, va, messages, max_tokens),
+                answer(backend, formatter, vb, messages, max_tokens),
+            )
+            items.append(compare_item(messages, ans_a, ans_b))
+    finally:
+        for v in loaded_here:
+            if backend.active_version != v:
+                await backend.unload_adapter(v)
+    return {
+        "a": va,
+        "b": vb,
+        "max_tokens": max_tokens,
+        "items": items,
+        "summary": summary(items),
+        "guard": {"a": guard_scores(store, va), "b": guard_scores(store, vb)},
+        "loaded_for_compare": loaded_here,
+    }

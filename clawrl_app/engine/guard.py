@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from clawrl_app.engine.compare import answer
+from clawrl_app.engine.compare import GENERAL, PERSONAL, answer
 from clawrl_app.general_eval import GeneralItem, load_general_set, score_answers
 
 if TYPE_CHECKING:
@@ -37,8 +37,6 @@ if TYPE_CHECKING:
     from clawrl_app.engine.store import HeldOutItem, Store
 
 log = logging.getLogger("clawrl.guard")
-PERSONAL = "guard/personal"
-GENERAL = "guard/general"
 TIE = 1e-4  # nats per token: a smaller change is no preference either way
 
 

@@ -38,11 +38,28 @@ def item_title(n: int, item: dict[str, Any]) -> str:
     return f"{n}. {item['prompt']} · {mark} · {sa['words']} vs {sb['words']} words"
 
 
+def guard_text(result: dict[str, Any], sep: str = " · ") -> str:
+    """The two versions' stored regression-guard scores ("" when neither was scored)."""
+    g = result.get("guard") or {}
+    a, b = g.get("a") or {}, g.get("b") or {}
+    parts = []
+    for key in ("general", "personal"):
+        if a.get(key) is None and b.get(key) is None:
+            continue
+
+        def fig(x: float | None) -> str:
+            return "-" if x is None else f"{x:.2f}"
+
+        parts.append(f"{key} score {fig(a.get(key))} vs {fig(b.get(key))}")
+    return sep.join(parts)
+
+
 def summary_line(result: dict[str, Any]) -> str:
-    """One line over all prompts."""
+    """One line over all prompts (and the guard's scores of both versions, when stored)."""
     s = result["summary"]
+    guard = guard_text(result)
     return (
         f"{result['a']} vs {result['b']}: {s['prompts']} prompts, {s['identical']} identical, "
         f"{s['prompts'] - s['identical']} differ · mean {s['a_words_mean']:.1f} vs "
-        f"{s['b_words_mean']:.1f} words"
+        f"{s['b_words_mean']:.1f} words" + (f" · {guard}" if guard else "")
     )
