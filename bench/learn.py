@@ -18,6 +18,8 @@ home:
    sample of the block and the newest checkpoint is served, then measure held-out
    compliance again; after the last block also the general score.
 4. Latency probes and checkpoint-to-first-answer, as a side product (`learn_drive.py`).
+5. The regression guard (on, as the app ships; `--no-guard` turns it off): its verdict on
+   every checkpoint it checked and each version's personal and general score.
 
 Goals (issue #14), checked and printed: held-out compliance >= 0.8 after 32 feedback turns on
 at least three of the four personas, and the general score after >= before.
@@ -231,6 +233,8 @@ def _engine_env(args: argparse.Namespace, model_dir: Path) -> dict[str, str]:
         "CLAWRL_REVIEW__GRACE_S": "0",
         "CLAWRL_JUDGE__BACKEND": "heuristic",
     }
+    if args.no_guard:
+        env["CLAWRL_GUARD__ENABLED"] = "false"
     if args.method:  # otherwise the app's default method
         env["CLAWRL_TRAIN__METHOD"] = args.method
     if args.lr is not None:
@@ -372,6 +376,9 @@ def run_persona(
             "probes": [p.__dict__ for p in probes],
             "metrics": _metrics(store),
             "sample_states": _sample_states(store, "learn-"),
+            "guard": [e.payload for e in reversed(store.latest_events("GuardChecked", 1000))],
+            "version_general": {m.version: m.value for m in store.metrics("guard/general")},
+            "version_personal": {m.version: m.value for m in store.metrics("guard/personal")},
         }
     finally:
         with contextlib.suppress(Exception):
@@ -399,6 +406,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--probe-every", type=float, default=3.0, help="latency probe spacing (s)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = defaults)")
     ap.add_argument("--note", default="", help="free text recorded with the results")
+    ap.add_argument("--no-guard", action="store_true", help="run without the regression guard")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "learn.md"))
     args = ap.parse_args()
     args.persona_list = [p.strip() for p in args.personas.split(",") if p.strip()]

@@ -166,6 +166,30 @@ def latency_lines(runs: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def guard_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """The regression guard's verdict on each checked checkpoint, and the general score of
+    every version it scored (base first), per persona."""
+    lines = [
+        "| persona | version | vs served | personal | general | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        for g in r.get("guard", []):
+            verdict = "passed" if g["passed"] else "REFUSED: " + "; ".join(g["reasons"])
+            lines.append(
+                f"| {r['persona']} | {g['version']} | {g['served']} | "
+                f"{_fmt(g['served_personal'])} -> {_fmt(g['personal'])} | "
+                f"{_fmt(g['served_general'])} -> {_fmt(g['general'])} | {verdict} |"
+            )
+    if len(lines) == 2:
+        return ["The regression guard checked no checkpoint (off, or none reached publishing)."]
+    lines.append("")
+    for r in runs:
+        per = " -> ".join(f"{v} {x:.2f}" for v, x in r.get("version_general", {}).items())
+        lines.append(f"- {r['persona']}: general score per version: {per or 'none'}")
+    return lines
+
+
 def report(
     runs: list[dict[str, Any]], args: argparse.Namespace, cmd: str, date: str, model: str
 ) -> str:
@@ -200,6 +224,11 @@ def report(
         *step_lines(runs),
         "",
         *latency_lines(runs),
+        "",
+        "Regression guard (personal = held-out preference agreement, general = the general "
+        "set at the guard's settings):",
+        "",
+        *guard_lines(runs),
         "",
     ]
     return "\n".join(lines)

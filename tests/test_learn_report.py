@@ -45,3 +45,22 @@ def test_goals_not_met() -> None:
     assert g.personas_met == 1 and not g.compliance_met
     assert g.general_ok["a"] is False and not g.general_met
     assert g.measured_to == 8
+
+
+def test_guard_lines_list_every_verdict_and_the_general_score_per_version() -> None:
+    from learn_report import guard_lines
+
+    run = _run("brevity", [0.1, 0.9], 0.6, 0.6)
+    assert "checked no checkpoint" in guard_lines([run])[0]
+    run["guard"] = [
+        {"version": "v1", "served": "base", "passed": True, "reasons": [], "personal": 0.5,
+         "general": 0.6, "served_personal": 0.5, "served_general": 0.6},
+        {"version": "v4", "served": "v1", "passed": False, "personal": 0.7, "general": 0.5,
+         "reasons": ["general score 0.50 < 0.60 - 0.05 on 40 questions"],
+         "served_personal": 0.55, "served_general": 0.6},
+    ]  # fmt: skip
+    run["version_general"] = {"base": 0.6, "v1": 0.6, "v4": 0.5}
+    lines = guard_lines([run])
+    assert lines[2] == "| brevity | v1 | base | 0.50 -> 0.50 | 0.60 -> 0.60 | passed |"
+    assert lines[3].startswith("| brevity | v4 | v1 | 0.55 -> 0.70 | 0.60 -> 0.50 | REFUSED: ")
+    assert lines[-1] == "- brevity: general score per version: base 0.60 -> v1 0.60 -> v4 0.50"
