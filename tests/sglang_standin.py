@@ -125,6 +125,8 @@ class StandinState:
     weights: str | None = None
     """The checkpoint served in place of the launch weights (None = launch weights)."""
     weight_version: str = "default"
+    loop_period: int = 0
+    """> 0: the model is stuck in a loop, repeating its first `loop_period` tokens forever."""
 
     def reset(self) -> None:
         """Forget adapters, recordings and knobs; keep the key and the model's names."""
@@ -340,7 +342,11 @@ class _Generation:
 
     def step(self) -> None:
         context, weights = self.input_ids + self.out, self.state.weights
-        token = next_token(context, self.adapter, weights)
+        period = self.state.loop_period
+        if period and len(self.out) >= period:
+            token = self.out[len(self.out) - period]  # a degenerate loop
+        else:
+            token = next_token(context, self.adapter, weights)
         self.out.append(token)
         self.entries.append([token_logprob(context, token, self.adapter, weights), token, None])
         self.tops.append(top_candidates(context, token, self.top_k, self.adapter, weights))

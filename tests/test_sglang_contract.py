@@ -427,3 +427,26 @@ async def test_standin_is_strict_like_sglang(standin: StandinThread, state: Stan
 
 
 # -- full fine-tuning checkpoints ---------------------------------------------------------
+
+
+async def test_a_loop_is_cut_off_as_length_and_aborted_on_the_server(
+    standin: StandinThread, state: StandinState
+) -> None:
+    """Contract test: SGLang needs a GPU, so this runs against a stand-in that implements SGLang 0.5.23's routes and payloads.
+
+    With `stop_on_repetition` (server.stop_repetition) a looping answer ends as `length` once
+    the loop is certain, as on the torch backend, and SGLang is told to drop the request;
+    without it the loop runs to max_new_tokens."""
+    from clawrl_app.engine.repetition import MIN_SPAN
+
+    state.loop_period = 5
+    async with started(standin) as backend:
+        tokens, finished = await collect(
+            backend.generate(request("r-loop", 400, stop_on_repetition=True))
+        )
+        assert finished.reason == "length" and finished.completion_tokens == len(tokens)
+        assert MIN_SPAN <= len(tokens) < MIN_SPAN + 10
+        assert "r-loop" in state.aborted
+        tokens, finished = await collect(backend.generate(request("r-free", 120)))
+    assert finished.reason == "length" and len(tokens) == 120
+    assert "r-free" not in state.aborted

@@ -53,6 +53,7 @@ import httpx
 from clawrl_app.engine.backends.base import (
     BackendError,
     BackendInfo,
+    Finished,
     GenerationEvent,
     GenerationRequest,
     UnknownVersion,
@@ -65,6 +66,7 @@ from clawrl_app.engine.backends.sglang_stream import (
     _raise_for_status,
     _response_logprobs,
 )
+from clawrl_app.engine.repetition import repeating_tail
 
 log = logging.getLogger("clawrl.sglang")
 BASE_VERSION = "base"
@@ -212,6 +214,8 @@ class SGLangBackend:
         payload = self._generate_payload(request, version)
         emitted = 0
         streaming = done = False
+        loops = request.params.stop_on_repetition
+        out: list[int] = []
         try:
             async with self._http().stream("POST", "/generate", json=payload) as response:
                 if response.status_code >= 400:
@@ -223,6 +227,14 @@ class SGLangBackend:
                     for token in tokens:
                         emitted += 1
                         yield token
+                        out.append(token.token_id)
+                        if loops and finish is None and repeating_tail(out):
+                            # a loop would run to max_tokens: cut it off here, as the torch
+                            # backend does, and free SGLang's slot
+                            done = True
+                            await self._abort(request.request_id)
+                            yield Finished("length", version, len(request.prompt_ids), emitted)
+                            return
                     if finish is not None:
                         done = True
                         yield _finished(finish, chunk, version, request, emitted)
