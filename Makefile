@@ -46,7 +46,7 @@ run: $(VENV)/.installed system-deps
 	$(BIN)/clawrl-app launch
 
 test: $(VENV)/.installed system-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
 
 check: $(VENV)/.installed system-deps
 	$(BIN)/ruff format --check clawrl_app tests bench

@@ -207,3 +207,40 @@ def test_compare_loads_an_older_checkpoint_for_the_comparison_and_shows_guard_sc
 
     assert "general score 0.55 vs 0.60 · personal score 0.50 vs -" in summary_line(result)
     store.close()
+
+
+def test_a_rollback_during_the_check_neither_waits_for_it_nor_is_overridden(
+    loaded_model: tuple[Any, Any], tmp_path: Path
+) -> None:
+    """The guard scores without the publish lock: serving another version meanwhile returns
+    at once, and the checked candidate is then not published over the user's choice."""
+    model, tok = loaded_model
+    fmt = ChatFormatter(tok)
+    store = Store(tmp_path / "store.db")
+    settings = GuardSettings(general_items=4, max_tokens=12)
+
+    async def go() -> tuple[bool, bool, str, list[str]]:
+        be = TorchBackend(copy.deepcopy(model), tok, model_name="m", context_length=2048)
+        await be.start()
+        try:
+            guard = RegressionGuard(store, be, fmt, settings, load_general_set())
+            pub = Publisher(store, be, guard=guard)
+            for name in ("v1", "v2"):
+                store.register_checkpoint(name, adapter(loaded_model, tmp_path / name, False),
+                                          None, 1, {}, [], [])  # fmt: skip
+            assert await pub.publish(store.get_checkpoint("v1"))  # type: ignore[arg-type]
+            task = asyncio.create_task(pub.publish(store.get_checkpoint("v2")))  # type: ignore[arg-type]
+            while guard.checked < 1 or "v2" not in be.info().versions:
+                await asyncio.sleep(0.05)  # v1's check is done; v2 is loaded and being checked
+            await pub.serve_version("base")  # the user rolls back meanwhile
+            rolled_back_first = not task.done()
+            published = await task
+            return rolled_back_first, published, be.active_version, be.info().versions
+        finally:
+            await be.stop()
+
+    rolled_back_first, published, active, versions = asyncio.run(go())
+    assert rolled_back_first and not published
+    assert active == "base" and "v2" not in versions
+    assert store.get_checkpoint("v2").status == "ready"  # type: ignore[union-attr]
+    store.close()

@@ -93,17 +93,22 @@ class Publisher:
         self._wake.set()
 
     async def publish(self, row: CheckpointRow, check: bool = True) -> bool:
-        """Load, check and activate one checkpoint; False when refused."""
-        async with self._lock:
+        """Load, check and activate one checkpoint; False when refused. The publish lock is
+        held throughout, except while the regression guard scores (see `_guard`)."""
+        await self._lock.acquire()
+        held = [True]  # False while the guard has let go of the lock (and if taking it back
+        # was cancelled: then there is nothing to release)
+        if self.activity is not None:
+            self.activity.begin()
+        try:
+            return await self._publish(row, check, held)
+        finally:
             if self.activity is not None:
-                self.activity.begin()
-            try:
-                return await self._publish(row, check)
-            finally:
-                if self.activity is not None:
-                    self.activity.end()
+                self.activity.end()
+            if held[0]:
+                self._lock.release()
 
-    async def _publish(self, row: CheckpointRow, check: bool) -> bool:
+    async def _publish(self, row: CheckpointRow, check: bool, held: list[bool]) -> bool:
         t0 = time.monotonic()
         name = row.version
         problem = await asyncio.to_thread(checkpoint_problem, Path(row.path))
@@ -136,7 +141,15 @@ class Publisher:
                     )
                     return False
             if check and self.guard is not None and self.guard.due():
-                verdict = await self._guard(name, previous, row.step)
+                verdict = await self._guard(name, previous, row.step, held)
+                now_serving = self.backend.active_version
+                if now_serving != (name if activated else previous):
+                    # served version changed during the check (a rollback): the user's choice
+                    # stands; this candidate stays unpublished (a later pass decides)
+                    if loaded and now_serving != name:
+                        await self.backend.unload_adapter(name)
+                    log.info("%s not published: %s is served now", name, now_serving)
+                    return False
                 if verdict is not None and not verdict.passed:
                     await self._release(name, previous, activated, loaded)
                     self._refuse(
@@ -163,12 +176,14 @@ class Publisher:
             asyncio.create_task(self._unload_later(previous))
         return True
 
-    async def _guard(self, name: str, served: str, step: int) -> Any:
+    async def _guard(self, name: str, served: str, step: int, held: list[bool]) -> Any:
         """The guard's verdict on `name`; None when it could not score (then the version is
         published as without a guard: a broken check never stops learning, and says so)."""
         assert self.guard is not None
         if self.activity is not None:  # background work, like judging: the trainer goes on
             self.activity.end()
+        self._lock.release()  # a rollback meanwhile must not wait for the check
+        held[0] = False
         try:
             verdict = await self.guard.check(name, served, step)
         except Exception as exc:
@@ -178,8 +193,10 @@ class Publisher:
             self.events(LoopFailed("guard", reason))
             return None
         finally:
-            if self.activity is not None:
+            if self.activity is not None:  # first: publish() ends it whatever happens next
                 self.activity.begin()
+            await self._lock.acquire()
+            held[0] = True
         c, s = verdict.candidate, verdict.served
         log.info("guard: %s: %s", verdict.summary(), "passed" if verdict.passed else "REFUSED")
         self.events(
