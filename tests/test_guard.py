@@ -52,11 +52,22 @@ def test_decide_refuses_a_drop_beyond_each_threshold() -> None:
     assert ok.passed and ok.reasons == []
     general = verdict(VersionScores("v2", 0.9, 10, 0.54, 40), served)
     assert not general.passed and general.reasons == [
-        "general score 0.54 < 0.60 - 0.05 on 40 questions"
+        "general score 0.54 < 0.60 (v1's) - 0.05 on 40 questions"
     ]
     both = verdict(VersionScores("v2", 0.5, 10, 0.3, 40), served)
     assert not both.passed and len(both.reasons) == 2 and "personal" in both.reasons[0]
     assert "v2 vs v1: personal 0.50 vs 0.70 (10 held-out turns)" in both.summary()
+
+
+def test_the_general_score_is_held_to_the_better_of_served_and_base() -> None:
+    served = VersionScores("v3", personal=0.6, personal_n=10, general=0.55, general_n=40)
+    drifted = VersionScores("v4", 0.6, 10, 0.56, 40)  # fine next to v3, not next to base
+    v = decide(drifted, served, S, base_general=0.62)
+    assert not v.passed and v.reasons == [
+        "general score 0.56 < 0.62 (base's) - 0.05 on 40 questions"
+    ]
+    assert decide(drifted, served, S, base_general=0.5).passed  # v3 is the better reference
+    assert decide(drifted, served, S).passed
 
 
 def test_too_few_held_out_turns_or_no_sets_never_refuse() -> None:

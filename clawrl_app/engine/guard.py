@@ -96,11 +96,21 @@ class GuardVerdict:
 
 
 def decide(
-    candidate: VersionScores, served: VersionScores, settings: GuardSettings
+    candidate: VersionScores,
+    served: VersionScores,
+    settings: GuardSettings,
+    base_general: float | None = None,
 ) -> GuardVerdict:
     """Refuse when either score drops by more than its setting allows. The personal score
-    decides only with at least `min_personal_items` held-out turns (fewer say too little)."""
+    is compared with the served version's and decides only with at least
+    `min_personal_items` held-out turns (fewer say too little). The general score is
+    compared with the better of the served version's and the base model's (`base_general`):
+    a chain of versions, each a little worse than the last, cannot drift away from what the
+    model knew."""
     reasons = []
+    general_ref = served.general
+    if base_general is not None and (general_ref is None or base_general > general_ref):
+        general_ref = base_general
     if (
         candidate.personal is not None
         and served.personal is not None
@@ -113,11 +123,12 @@ def decide(
         )
     if (
         candidate.general is not None
-        and served.general is not None
-        and candidate.general < served.general - settings.max_general_drop
+        and general_ref is not None
+        and candidate.general < general_ref - settings.max_general_drop
     ):
+        whose = "base's" if general_ref != served.general else f"{served.version}'s"
         reasons.append(
-            f"general score {candidate.general:.2f} < {served.general:.2f} - "
+            f"general score {candidate.general:.2f} < {general_ref:.2f} ({whose}) - "
             f"{settings.max_general_drop:g} on {candidate.general_n} questions"
         )
     return GuardVerdict(candidate, served, not reasons, reasons)
@@ -217,8 +228,13 @@ class RegressionGuard:
     async def check(self, candidate: str, served: str, step: int) -> GuardVerdict:
         """Score both versions and decide."""
         before = await self.scores(served, self._step_of(served), reuse=True)
+        base = before.general
+        if served != "base" and self.general:
+            base = self.store.version_score(GENERAL, "base")
+            if base is None:
+                base = (await self.scores("base", 0)).general
         after = await self.scores(candidate, step)
-        verdict = decide(after, before, self.settings)
+        verdict = decide(after, before, self.settings, base)
         self.checked += 1
         self.refused += not verdict.passed
         self.last = verdict
