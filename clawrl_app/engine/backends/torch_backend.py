@@ -36,6 +36,7 @@ from clawrl_app.engine.backends.grammar import GrammarCompiler, mask_logits
 from clawrl_app.engine.backends.heap import return_freed_memory
 from clawrl_app.engine.backends.kv_batch import DecodeBatch
 from clawrl_app.engine.backends.lora_merge import merged_copy
+from clawrl_app.engine.backends.prefix_cache import MIN_REUSE_TOKENS, PrefixCache, PrefixHit
 from clawrl_app.engine.backends.sampling import continuation_logprobs, sample_next
 from clawrl_app.engine.backends.torch_rows import BASE_VERSION, Row, RowStream
 from clawrl_app.engine.chat_format import eos_token_ids
@@ -63,6 +64,8 @@ class TorchBackend:
         max_batch: int = 8,
         max_queue: int = 64,
         merge_lora: bool = False,
+        prefix_cache_bytes: int = 0,
+        prefix_min_tokens: int = MIN_REUSE_TOKENS,
     ) -> None:
         self._model = model
         self._merge_lora = merge_lora
@@ -93,6 +96,8 @@ class TorchBackend:
         self._failures = 0  # consecutive failed model calls
         self._last_failure: str | None = None
         self._dead: str | None = None  # the worker thread ended by an unexpected error
+        self._prefix = PrefixCache(prefix_cache_bytes, prefix_min_tokens)
+        """KV of earlier prompts + answers, reused by prompts that repeat them (0 B = off)."""
 
     # -- lifecycle -------------------------------------------------------------------
     @property
@@ -115,6 +120,10 @@ class TorchBackend:
     def inflight(self, version: str) -> int:
         """Requests admitted on `version` whose answers are not finished yet."""
         return self._inflight.get(version, 0)
+
+    def prefix_cache_stats(self) -> dict[str, int]:
+        """Entries, bytes, hits, misses, tokens reused and evictions of the prefix cache."""
+        return self._prefix.stats()
 
     def info(self) -> BackendInfo:
         return BackendInfo(
@@ -356,22 +365,23 @@ class TorchBackend:
             room -= 1
 
     def _prefill(self, row: Row) -> DecodeBatch | None:
-        from transformers import DynamicCache
-
         ids = row.request.prompt_ids
         dev = self.device
         if row.request.params.seed is not None:  # sampling draws on the logits' device
             row.generator = torch.Generator(device=dev).manual_seed(row.request.params.seed)
         if row.request.params.json_schema is not None:
             row.grammar = self._grammars.matcher(row.request.params.json_schema)
-        cache = DynamicCache()
-        with self._adapter(row.version):
-            out = self._module(row.version)(
-                input_ids=torch.tensor([ids], dtype=torch.long, device=dev),
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
+        hit = self._prefix.lookup(row.version, ids)
+        try:
+            out = self._prefill_forward(row, hit)
+        except Exception as exc:
+            if hit is None:
+                raise
+            self._prefix.failed()  # the stored KV is suspect, not the request: prefill it all
+            log.warning(
+                "prefix cache: reuse failed (%s: %s); full prefill", type(exc).__name__, exc
             )
+            out = self._prefill_forward(row, None)
         row.total_len = len(ids)
         batch = DecodeBatch(
             cache=out.past_key_values,
@@ -381,6 +391,22 @@ class TorchBackend:
         if self._emit_tokens(batch, out.logits[:, -1, :]):
             return batch
         return None
+
+    def _prefill_forward(self, row: Row, hit: PrefixHit | None) -> Any:
+        """The prompt's forward pass, from a copy of a stored prefix's KV when there is one."""
+        from transformers import DynamicCache
+
+        reused = hit.length if hit is not None else 0
+        cache = hit.cache() if hit is not None else DynamicCache()
+        with self._adapter(row.version):
+            return self._module(row.version)(
+                input_ids=torch.tensor(
+                    [row.request.prompt_ids[reused:]], dtype=torch.long, device=self.device
+                ),
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
 
     def _decode_step(self, key: tuple[str, bool]) -> None:
         batch = self._batches[key]
@@ -443,6 +469,10 @@ class TorchBackend:
             if reason is not None:
                 done = Finished(reason, row.version, len(row.request.prompt_ids), row.produced)  # type: ignore[arg-type]
             self._finish(row, done)
+            # after the client heard (no added latency); the last token was never fed
+            self._prefix.store_row(
+                row.version, batch.cache, i, row.request.prompt_ids, row.out_ids[: row.produced - 1]
+            )
         batch.keep(keep)
         return bool(batch.rows)
 
@@ -522,6 +552,7 @@ class TorchBackend:
         self._model.eval()
 
     def _delete_now(self, version: str) -> None:
+        self._prefix.drop_version(version)  # its KV must never serve anything again
         if self._full.pop(version, None) is None:
             self._model.delete_adapter(version)
             if not self._model.peft_config:  # last adapter gone: back to the plain base model
