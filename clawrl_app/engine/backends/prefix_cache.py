@@ -32,9 +32,10 @@ if TYPE_CHECKING:  # torch is imported by the backend; `doctor` reads the consta
 MIN_REUSE_TOKENS = 64
 """Shorter common prefixes are prefilled again: copying their KV would cost about as much."""
 SUPERSEDE_SLACK = 32
-"""A stored entry whose ids a newer entry repeats up to its last SUPERSEDE_SLACK tokens is
-dropped when that newer entry is stored (the next turn of the same session): one entry per
-session, not one per turn, while the newer one still matches whatever the older matched."""
+"""A stored entry whose ids a newer entry repeats up to its last SUPERSEDE_SLACK tokens (and
+at least 7/8 of them) is dropped when that newer entry is stored: the next turn of the same
+session, whose re-rendered answer may end differently. One entry per session, not one per
+turn, and the newer one still matches about as much as the older did."""
 
 log = logging.getLogger("clawrl.prefix_cache")
 KV = tuple["torch.Tensor", "torch.Tensor"]  # keys, values of one layer, each (1, H, T, D)
@@ -177,7 +178,8 @@ class PrefixCache:
                     self._entries.move_to_end(old.serial)
                     return False
             for old, shared in mine:
-                if shared >= max(len(old.ids) - SUPERSEDE_SLACK, self.min_tokens):
+                slack = min(SUPERSEDE_SLACK, len(old.ids) // 8)
+                if shared >= max(len(old.ids) - slack, self.min_tokens):
                     self._remove(old)
             while self._bytes + nbytes > self.max_bytes and self._entries:
                 _, oldest = self._entries.popitem(last=False)
