@@ -94,7 +94,7 @@ def stored(be: TorchBackend, n: int) -> dict[str, int]:
 
 def test_turn_two_answers_as_without_the_cache(model_copy: tuple[Any, Any]) -> None:
     """Greedy tokens identical, behaviour log-probs within 1e-4 (the trainer's importance
-    ratios rely on them), and the trainer-side score of the answer agrees as well."""
+    ratios rely on them), and scoring the answer (itself reusing the prefix) agrees too."""
     _, tok = model_copy
     p1, turn2 = session(tok)
 
@@ -116,11 +116,14 @@ def test_turn_two_answers_as_without_the_cache(model_copy: tuple[Any, Any]) -> N
     assert off["p2"] == on["p2"]
     assert [t.token_id for t in on["t2"]] == [t.token_id for t in off["t2"]]
     assert [t.logprob for t in on["t2"]] == pytest.approx([t.logprob for t in off["t2"]], abs=1e-4)
+    # scoring (teacher log-probs, canaries) reuses stored prefixes too, with the same numbers
     assert on["scored"] == pytest.approx([t.logprob for t in on["t2"]], abs=1e-4)
+    assert on["scored"] == pytest.approx(off["scored"], abs=1e-4)
     s = on["stats"]
-    assert (s["hits"], s["misses"], s["failures"]) == (1, 1, 0)  # turn 1 missed, turn 2 hit
-    # turn 2 reused at least turn 1's whole prompt (and the answer, as far as it re-renders)
-    assert len(p1) <= s["tokens_reused"] < len(on["p2"])
+    assert (s["hits"], s["misses"], s["failures"]) == (2, 1, 0)  # turn 1 missed; turn 2, score hit
+    # turn 2 and its scoring each reused at least turn 1's whole prompt (and the answer, as
+    # far as it re-renders), never all of the prompt
+    assert 2 * len(p1) <= s["tokens_reused"] < 2 * len(on["p2"])
     assert off["stats"] == dict.fromkeys(off["stats"], 0)  # 0 = off: nothing counted
 
 

@@ -371,17 +371,7 @@ class TorchBackend:
             row.generator = torch.Generator(device=dev).manual_seed(row.request.params.seed)
         if row.request.params.json_schema is not None:
             row.grammar = self._grammars.matcher(row.request.params.json_schema)
-        hit = self._prefix.lookup(row.version, ids)
-        try:
-            out = self._prefill_forward(row, hit)
-        except Exception as exc:
-            if hit is None:
-                raise
-            self._prefix.failed()  # the stored KV is suspect, not the request: prefill it all
-            log.warning(
-                "prefix cache: reuse failed (%s: %s); full prefill", type(exc).__name__, exc
-            )
-            out = self._prefill_forward(row, None)
+        out, _ = self._forward_reusing(row.version, ids, ids, use_cache=True, logits_to_keep=1)
         row.total_len = len(ids)
         batch = DecodeBatch(
             cache=out.past_key_values,
@@ -392,21 +382,37 @@ class TorchBackend:
             return batch
         return None
 
-    def _prefill_forward(self, row: Row, hit: PrefixHit | None) -> Any:
-        """The prompt's forward pass, from a copy of a stored prefix's KV when there is one."""
+    def _forward_reusing(
+        self, version: str, ids: list[int], prefix_of: list[int], *, use_cache: bool, **kw: Any
+    ) -> tuple[Any, int]:
+        """A forward pass of `version` over `ids` from a copy of the stored KV of the longest
+        prefix of `prefix_of` (prefix_cache.py), or from scratch (none, or using it failed).
+        Returns the output and how many leading ids were reused (not in its logits)."""
+        hit = self._prefix.lookup(version, prefix_of)
+        try:
+            return self._forward_from(version, ids, hit, use_cache, **kw)
+        except Exception as exc:
+            if hit is None:
+                raise
+            self._prefix.failed()
+            log.warning("prefix cache: reuse failed (%s: %s); no reuse", type(exc).__name__, exc)
+            return self._forward_from(version, ids, None, use_cache, **kw)
+
+    def _forward_from(
+        self, version: str, ids: list[int], hit: PrefixHit | None, use_cache: bool, **kw: Any
+    ) -> tuple[Any, int]:
         from transformers import DynamicCache
 
         reused = hit.length if hit is not None else 0
-        cache = hit.cache() if hit is not None else DynamicCache()
-        with self._adapter(row.version):
-            return self._module(row.version)(
-                input_ids=torch.tensor(
-                    [row.request.prompt_ids[reused:]], dtype=torch.long, device=self.device
-                ),
+        cache = hit.cache() if hit is not None else DynamicCache() if use_cache else None
+        with self._adapter(version):
+            out = self._module(version)(
+                input_ids=torch.tensor([ids[reused:]], dtype=torch.long, device=self.device),
                 past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
+                use_cache=cache is not None,
+                **kw,
             )
+        return out, reused
 
     def _decode_step(self, key: tuple[str, bool]) -> None:
         batch = self._batches[key]
@@ -563,22 +569,26 @@ class TorchBackend:
     def _topk_now(
         self, prompt_ids: list[int], response_ids: list[int], k: int, version: str
     ) -> tuple[list[list[int]], list[list[float]]]:
-        ids = torch.tensor([prompt_ids + response_ids], dtype=torch.long, device=self.device)
-        with self._adapter(version):
-            logits = self._module(version)(input_ids=ids, use_cache=False).logits[0]  # (L, V)
-        start = len(prompt_ids) - 1
-        logp_TV = torch.log_softmax(logits[start : start + len(response_ids)].float(), dim=-1)
+        logits = self._response_logits(prompt_ids, response_ids, version)  # (T, V)
+        logp_TV = torch.log_softmax(logits.float(), dim=-1)
         vals_TK, idx_TK = torch.topk(logp_TV, k, dim=-1)  # (T, K)
         return idx_TK.tolist(), vals_TK.tolist()
 
     def _score_now(
         self, prompt_ids: list[int], response_ids: list[int], version: str
     ) -> list[float]:
-        ids = torch.tensor([prompt_ids + response_ids], dtype=torch.long, device=self.device)
-        with self._adapter(version):
-            logits = self._module(version)(input_ids=ids, use_cache=False).logits[0]  # (T, V)
-        start = len(prompt_ids) - 1
-        return continuation_logprobs(logits[start : start + len(response_ids)], response_ids)
+        logits = self._response_logits(prompt_ids, response_ids, version)  # (T, V)
+        return continuation_logprobs(logits, response_ids)
+
+    def _response_logits(
+        self, prompt_ids: list[int], response_ids: list[int], version: str
+    ) -> torch.Tensor:
+        """The logits predicting each response token (T, V), reusing a stored prefix of the
+        prompt (a teacher prompt repeats the turn's history)."""
+        ids = prompt_ids + response_ids
+        out, reused = self._forward_reusing(version, ids, prompt_ids, use_cache=False)
+        start = len(prompt_ids) - 1 - reused  # the prompt's last token predicts the first
+        return out.logits[0, start : start + len(response_ids)]
 
 
 def _device_of(model: Any) -> torch.device:
