@@ -4,7 +4,8 @@ What an agent does: a ~2k-token system prompt (instructions + tool schemas), the
 re-sends the whole history plus the previous answer. Each session gets its own system prompt
 (it differs from its first words), so turn 1 is always a cold prefill; turn 2 extends turn 1's
 prompt + answer. Through the real HTTP endpoint with the official `openai` client, no session
-header, streaming, temperature 0; time to first token = request sent -> first content chunk.
+header, streaming, temperature 0; time to first token = request sent -> first chunk of the answer (text or a tool call; a tool
+call is held back until it is complete, so the questions ask for text).
 Run once with the prefix cache at its default (the hardware plan's) and once with it off
 (`server.prefix_cache_mb = 0`) for comparison. Goal (issue #15): turn 2 <= 0.25x turn 1.
 
@@ -67,9 +68,10 @@ def ask(client: Any, messages: list[dict[str, str]], max_tokens: int) -> tuple[f
     for chunk in stream:
         if chunk.usage is not None:
             prompt_tokens = chunk.usage.prompt_tokens
-        if chunk.choices and chunk.choices[0].delta.content:
+        delta = chunk.choices[0].delta if chunk.choices else None
+        if delta is not None and (delta.content or delta.tool_calls):  # a call streams no text
             first = first if first is not None else time.perf_counter() - t0
-            text.append(chunk.choices[0].delta.content)
+            text.append(delta.content or "")
     return (first if first is not None else time.perf_counter() - t0), "".join(text), prompt_tokens
 
 
@@ -97,16 +99,17 @@ def run_sessions(
         for k in range(first_session, first_session + sessions):
             turn1 = [
                 {"role": "system", "content": system_prompt(k, tok, prompt_tokens)},
-                {"role": "user", "content": "List the files in my home folder."},
+                {"role": "user", "content": "In one sentence: what can you do for me?"},
             ]
             ttft1, answer, n1 = ask(client, turn1, max_tokens)
             turn2 = [*turn1, {"role": "assistant", "content": answer},
-                     {"role": "user", "content": "Now only the Python files, please."}]  # fmt: skip
+                     {"role": "user", "content": "Say it again, shorter."}]  # fmt: skip
             time.sleep(0.5)  # a user reads the answer; the engine stores turn 1's KV
             ttft2, _, n2 = ask(client, turn2, max_tokens)
             rows.append({"turn1_s": ttft1, "turn2_s": ttft2, "tokens1": n1, "tokens2": n2})
             print(f"  session {k}: turn 1 {ttft1:.2f} s ({n1} tokens), "
-                  f"turn 2 {ttft2:.2f} s ({n2} tokens)", flush=True)  # fmt: skip
+                  f"turn 2 {ttft2:.2f} s ({n2} tokens); answer 1 {answer[:40]!r}",
+                  flush=True)  # fmt: skip
         stats = et.engine.status()["serving"].get("prefix_cache", {})
     finally:
         et.stop()
