@@ -5,6 +5,8 @@
     the session and records the turn in SQLite) vs the backend called directly (chat
     template + generate). Interleaved, median of N.
 (b) Throughput: output tokens/s with 1 vs 4 concurrent streaming clients.
+(c) With --prefix: time to first token of a session's turn 2 vs turn 1 (prefix KV reuse),
+    see bench/serve_prefix.py.
 
 Run: `.venv/bin/python bench/serve.py [--rounds 30] [--tokens 64] [--repeats 3]`
 """
@@ -153,7 +155,17 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=60, help="overhead samples")
     ap.add_argument("--tokens", type=int, default=64, help="tokens per streaming client")
     ap.add_argument("--repeats", type=int, default=3, help="throughput runs per setting (median)")
+    ap.add_argument(
+        "--prefix",
+        action="store_true",
+        help="instead: time to first token of turn 1 vs turn 2 (bench/serve_prefix.py)",
+    )
     args = ap.parse_args()
+    if args.prefix:
+        from serve_prefix import main as prefix_main  # bench/ is on sys.path when run
+
+        prefix_main([])
+        return
     model = resolve_model(None, app_paths())  # the user's cache: converted once
     home = tempfile.mkdtemp(prefix="clawrl-bench-")
     env = {

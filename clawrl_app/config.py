@@ -60,6 +60,10 @@ class ServerSettings(_Section):
     stop_repetition: bool = True
     """End an answer as cut off (`length`) once it is stuck in a loop, instead of letting
     it run to max_tokens (torch backend)."""
+    prefix_cache_mb: int | None = Field(default=None, ge=0)
+    """Memory (MiB) for the KV of earlier prompts + answers that later prompts repeat (an
+    agent re-sends its whole prompt every turn): only the new part is prefilled (torch
+    backend; SGLang has its own). Empty = the hardware plan's default; 0 = off."""
     allowed_hosts: list[str] = []
     """More names clients may use in the Host header, e.g. ["mybox.lan"] (DNS-rebinding
     protection). localhost, any IP address and `host` always pass; "*" turns the check off.

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clawrl_app import __version__
 from clawrl_app.config import Settings
 from clawrl_app.paths import AppPaths
+
+if TYPE_CHECKING:
+    from clawrl_app.hardware import Plan
 
 LOW_DISK_GIB = 2.0
 """Below this much free space in the data folder, doctor warns (turns stop being recorded
@@ -48,7 +52,11 @@ def run_doctor(settings: Settings, paths: AppPaths, *, resolve: bool = True) -> 
         print(f"  {info.params_b:.3f} B parameters, context {m.context_length} tokens")
     print("\nPlan")
     try:
-        print("  " + format_plan(plan(inv, info, settings)).replace("\n", "\n  "))
+        the_plan = plan(inv, info, settings)
+        print("  " + format_plan(the_plan).replace("\n", "\n  "))
+        print("\nServing")
+        for line in prefix_cache_lines(settings, the_plan, paths):
+            print(f"  {line}")
     except PlanError as exc:
         print(f"  cannot plan: {exc}")
     print("\nStore, disk and secrets")
@@ -101,6 +109,52 @@ def guard_lines(settings: Settings, store_file: Path) -> list[str]:
             f"{datetime.fromtimestamp(ev.ts):%Y-%m-%d %H:%M}  {p.get('summary')}: {verdict}"
         )
     return lines
+
+
+def prefix_cache_lines(settings: Settings, plan: Plan, paths: AppPaths | None) -> list[str]:
+    """The prefix KV cache: its bound and where that comes from, then the live figures of
+    an engine running on the configured port (when one answers; `paths` None: no probe)."""
+    from clawrl_app.engine.backends.prefix_cache import MIN_REUSE_TOKENS
+    from clawrl_app.hardware import prefix_cache_mib
+
+    if plan.backend != "torch":
+        return ["prefix cache: SGLang's own (radix cache); server.prefix_cache_mb does not apply"]
+    mib = prefix_cache_mib(settings, plan)
+    asked = settings.server.prefix_cache_mb is not None
+    source = "server.prefix_cache_mb" if asked else "the plan's default"
+    if mib == 0:
+        return [f"prefix cache: off ({source} = 0): every turn prefills its whole prompt"]
+    lines = [
+        f"prefix cache: {mib} MiB ({source}): a prompt that repeats an earlier prompt + answer "
+        f"of the same version (>= {MIN_REUSE_TOKENS} tokens) prefills only the rest"
+    ]
+    live = _live_prefix_stats(settings, paths) if paths is not None else None
+    if live is not None:
+        lines.append(
+            f"running engine: {live['entries']} entries, {live['bytes'] / 2**20:.0f} MiB, "
+            f"{live['hits']} hits / {live['misses']} misses, {live['tokens_reused']} tokens "
+            f"reused, {live['evictions']} evictions"
+        )
+    return lines
+
+
+def _live_prefix_stats(settings: Settings, paths: AppPaths) -> dict[str, int] | None:
+    """The prefix cache figures of the engine on the configured port; None when none answers."""
+    from clawrl_app.api_key import get_api_key, is_loopback
+    from clawrl_app.envs.engine_client import EngineClient
+
+    s = settings.server
+    host = "127.0.0.1" if s.host in ("0.0.0.0", "::") else s.host
+    try:
+        stored = get_api_key(paths) if (s.require_api_key or not is_loopback(s.host)) else None
+        client = EngineClient(f"http://{host}:{s.port}", stored.value if stored else None, 2.0)
+        try:
+            stats = client.status().get("serving", {}).get("prefix_cache")
+        finally:
+            client.close()
+    except Exception:  # nothing running there (or not ours): doctor only reports
+        return None
+    return stats if isinstance(stats, dict) else None
 
 
 def privacy_lines(settings: Settings, store_file: Path | None) -> list[str]:

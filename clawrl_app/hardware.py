@@ -19,10 +19,13 @@ from typing import Literal, cast
 from clawrl_app.config import HardwareSettings, Settings
 from clawrl_app.memory_model import (
     GIB,
+    MemoryLine,
     ModelInfo,
     PlanError,
     TrainMode,
+    prefix_cache_budget,
     serve_need,
+    spare_gib,
     train_need,
 )
 
@@ -154,21 +157,6 @@ def inventory() -> Inventory:
 
 
 @dataclass(frozen=True)
-class MemoryLine:
-    """One memory check of the plan: what a role needs on a device versus what it has."""
-
-    role: str
-    device: str
-    need_gib: float
-    have_gib: float
-
-    @property
-    def fits(self) -> bool:
-        """True when the need fits."""
-        return self.need_gib <= self.have_gib
-
-
-@dataclass(frozen=True)
 class Plan:
     """Where serving, judge and trainer run, how the trainer trains, and why."""
 
@@ -190,6 +178,8 @@ class Plan:
     """Torch backend: serve each LoRA version as merged weights (base speed, more memory)."""
     gradient_checkpointing: bool = False
     """Whether the trainer recomputes layers in backward (see `checkpointing_choices`)."""
+    prefix_cache_mb: int = 0
+    """Torch backend: default bound (MiB) of the prefix KV cache (`prefix_cache_budget`)."""
 
 
 _Check = tuple[MemoryLine, str]  # the line and the sentence that explains it
@@ -506,6 +496,10 @@ def plan(inv: Inventory, model: ModelInfo, settings: Settings) -> Plan:
     reasons += [why for _, why in checks]
     if merge_why:
         reasons.append(merge_why)
+    if backend == "torch":  # SGLang has its own prefix cache (radix tree) in its KV pool
+        cache_mb, cache_why = prefix_cache_budget(model, spare_gib(result.memory), dtype)
+        result = replace(result, prefix_cache_mb=cache_mb)
+        reasons.append(cache_why)
     batch_why = "" if gpus else ": a CPU LoRA step on 8x256 tokens takes 19-70 s on 2 cores"
     return replace(result, reasons=(*reasons, f"Default batch size {batch}{batch_why}.", lr_why))
 
@@ -569,6 +563,12 @@ def default_lr(mode: TrainMode, gpus: bool) -> tuple[float, str]:
         "Default learning rate 5e-4: LoRA on a CPU takes few, small steps, and at 1e-4 "
         "32 feedback turns did not change the embedded model's behaviour (bench/learn.py)."
     )
+
+
+def prefix_cache_mib(settings: Settings, plan: Plan) -> int:
+    """The torch backend's prefix KV cache bound: server.prefix_cache_mb, else the plan's."""
+    asked = settings.server.prefix_cache_mb
+    return plan.prefix_cache_mb if asked is None else asked
 
 
 def format_plan(plan: Plan) -> str:

@@ -9,7 +9,7 @@ of `TRAIN_TOKENS` tokens with or without gradient checkpointing (derived in `act
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -20,6 +20,9 @@ LORA_STATE = 0.02  # adapter + its grads + AdamW states, as a fraction of the bf
 TRAIN_TOKENS = 4096  # padded tokens of one micro-batch (train.token_budget's default)
 LAYER_ACTS = 24  # hidden-sized tensors one decoder layer keeps per token for backward
 LOGIT_ROWS = 1  # float32 vocab-sized rows per micro-batch token at the loss's peak
+MIB = 1024**2
+PREFIX_CONTEXTS = 4  # full contexts of KV the torch backend's prefix cache holds by default
+PREFIX_SHARE = 0.25  # ... but at most this share of the memory the plan leaves spare
 
 TrainMode = Literal["lora", "qlora", "full"]
 
@@ -118,6 +121,27 @@ def activation_bytes(model: ModelInfo, dtype: int, checkpointing: bool) -> int:
 
 
 @dataclass(frozen=True)
+class MemoryLine:
+    """One memory check of the plan: what a role needs on a device versus what it has."""
+
+    role: str
+    device: str
+    need_gib: float
+    have_gib: float
+
+    @property
+    def fits(self) -> bool:
+        """True when the need fits."""
+        return self.need_gib <= self.have_gib
+
+
+def spare_gib(memory: Sequence[MemoryLine]) -> float:
+    """What the plan's memory lines leave unused on the serving device."""
+    serving = next(m for m in memory if m.role == "serving")
+    return serving.have_gib - sum(m.need_gib for m in memory if m.device == serving.device)
+
+
+@dataclass(frozen=True)
 class Need:
     """Memory a role needs, in GiB, and the terms it adds up (for `doctor`)."""
 
@@ -157,3 +181,17 @@ def train_need(
     text += f" + activations {acts:.1f} ({how})"
     text += f" + overhead {overhead:.1f}" if overhead else ""
     return Need(state + acts + overhead, text)
+
+
+def prefix_cache_budget(model: ModelInfo, spare_gib: float, dtype: int) -> tuple[int, str]:
+    """The default bound (MiB) of the torch backend's prefix KV cache, and why: the KV of
+    PREFIX_CONTEXTS full contexts (the prompts of a few agent sessions; the embedded model
+    in float32: 45 KiB per token, 360 MiB per 8192-token context), at most PREFIX_SHARE of
+    the memory left on the serving device once everything else is counted."""
+    context = model.kv_bytes_per_token(dtype) * model.context_length
+    mib = int(min(PREFIX_CONTEXTS * context, PREFIX_SHARE * max(0.0, spare_gib) * GIB) // MIB)
+    return mib, (
+        f"Prefix KV cache (server.prefix_cache_mb): {mib} MiB, the KV of at most "
+        f"{PREFIX_CONTEXTS} full {model.context_length}-token contexts ({context / MIB:.0f} MiB "
+        f"each) and at most {PREFIX_SHARE:.0%} of the {max(0.0, spare_gib):.1f} GiB left spare."
+    )

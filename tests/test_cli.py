@@ -415,6 +415,7 @@ def test_doctor_no_model(tmp_path: Path, run_main: Callable[..., tuple[int, str,
     assert "\nPlan\n" in out
     assert "Backend:  torch" in out
     assert re.search(r"Trainer: .*, gradient checkpointing (on|off)\n", out)
+    assert re.search(r"\nServing\n  prefix cache: \d+ MiB \(the plan's default\)", out)
     assert str(paths.store_file) in out
     assert "keyring backend: none" in out
     assert "0600" in out

@@ -5,8 +5,9 @@ CPU while the model sat on `cuda:0`. Here the backend's worker thread runs under
 `DeviceGuard` (tests/device_guard.py), which fails any tensor or generator that our code
 creates without naming the model's device: the same mistakes, caught without a GPU.
 Covered: prefill, batched decode (incl. rows joining and leaving), seeded sampling,
-scoring, top-k scoring, a LoRA version through peft and as merged weights, and a forced
-tool call (constrained decoding: the grammar mask is built on the logits' device).
+scoring, top-k scoring, a LoRA version through peft and as merged weights, a forced
+tool call (constrained decoding: the grammar mask is built on the logits' device), and the
+prefix KV cache (a row's KV stored, then reused by a prompt that repeats it).
 """
 
 from __future__ import annotations
@@ -80,6 +81,14 @@ async def answer(be: TorchBackend, ids: list[int], n: int, **params: Any) -> lis
     return toks
 
 
+async def stored(be: TorchBackend, n: int) -> None:
+    for _ in range(600):
+        if be.prefix_cache_stats()["stored"] >= n:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{n} prefix cache entries were never stored")
+
+
 @pytest.mark.parametrize("merge", [True, False], ids=["merged", "peft"])
 def test_serving_path_creates_every_tensor_on_the_models_device(
     loaded_model: tuple[Any, Any], adapter_dir: Path, merge: bool
@@ -138,6 +147,42 @@ def test_serving_path_creates_every_tensor_on_the_models_device(
     (parsed,) = parse_answer(f"<tool_call>{text}{TOOL_CLOSE}", True).tool_calls
     assert parsed["function"]["name"] == "get_weather"
     assert all(lp > float("-inf") for t in r["call"] for _, lp in t.top_logprobs)
+
+
+def test_prefix_cache_reuse_creates_every_tensor_on_the_models_device(
+    loaded_model: tuple[Any, Any],
+) -> None:
+    model, tok = loaded_model
+    fmt = ChatFormatter(tok)
+    history = [{"role": "user", "content": "Name two seas and say why they are salty."}]
+    first = fmt.render(history)
+
+    async def go() -> dict[str, Any]:
+        be = GuardedBackend(
+            model, tok, model_name="m", context_length=8192, prefix_cache_bytes=2**26,
+            prefix_min_tokens=8,
+        )  # fmt: skip
+        await be.start()
+        try:
+            answer1 = await answer(be, first, 6, temperature=0.0)
+            text = fmt.decode([t.token_id for t in answer1])
+            history2 = [*history, {"role": "assistant", "content": text}]
+            second = fmt.render([*history2, {"role": "user", "content": "And a third?"}])
+            await stored(be, 1)  # each answer's KV is stored just after it finished
+            answer2 = await answer(be, second, 6, temperature=1.0, seed=3)
+            await stored(be, 2)
+            kv = [t for e in be._prefix._entries.values() for layer in e.layers for t in layer]
+            return dict(
+                a2=answer2, stats=be.prefix_cache_stats(), violations=be.guard.violations, stored=kv
+            )
+        finally:
+            await be.stop()
+
+    r = asyncio.run(go())
+    assert r["violations"] == [], "\n".join(r["violations"])
+    assert r["stats"]["hits"] == 1 and r["stats"]["failures"] == 0 and len(r["a2"]) == 6
+    # the stored copies live where the model's KV does, in its dtype
+    assert {(t.device, t.dtype) for t in r["stored"]} == {(model.device, model.dtype)}
 
 
 def test_merging_an_adapter_creates_nothing_off_the_models_device(

@@ -555,3 +555,26 @@ def test_merging_is_the_torch_backends_concern_only() -> None:
     assert full.train_mode == "full" and not full.merge_lora
     cpu = plan(fake_inventory(0), model("0.1B"), settings())
     assert cpu.merge_lora  # the embedded default: 3 x 0.4 GiB of RAM
+
+
+def test_prefix_cache_default_comes_from_the_plan() -> None:
+    """The torch backend's prefix KV cache holds 4 full contexts of KV, at most a quarter of
+    the memory the plan leaves spare; SGLang has its own; the setting overrides, 0 = off."""
+    from clawrl_app.hardware import prefix_cache_mib
+    from clawrl_app.memory_model import spare_gib
+
+    embedded = ModelInfo.estimate("SmolLM2-135M-Instruct", 0.135, 8192)
+    roomy = plan(fake_inventory(0, ram=64.0), embedded, settings())
+    # fp32 KV of SmolLM2-135M: 2 x 30 layers x 3 heads x 64 dims x 4 B = 46080 B per token;
+    # 4 x 8192 tokens = 1440 MiB, well under a quarter of what 64 GiB of RAM leaves
+    assert roomy.backend == "torch" and roomy.prefix_cache_mb == 1440
+    assert any(
+        r.startswith("Prefix KV cache (server.prefix_cache_mb): 1440 MiB") for r in roomy.reasons
+    )
+    small = plan(fake_inventory(0, ram=12.0), embedded, settings())
+    assert small.prefix_cache_mb == int(spare_gib(small.memory) / 4 * 1024)
+    assert 0 < small.prefix_cache_mb < 1440
+    assert plan(fake_inventory(1, 80, sglang=True), model("1.5B"), settings()).prefix_cache_mb == 0
+    assert prefix_cache_mib(settings(), roomy) == 1440
+    assert prefix_cache_mib(settings(CLAWRL_SERVER__PREFIX_CACHE_MB="0"), roomy) == 0
+    assert prefix_cache_mib(settings(CLAWRL_SERVER__PREFIX_CACHE_MB="64"), roomy) == 64

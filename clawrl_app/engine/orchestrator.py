@@ -51,7 +51,8 @@ from clawrl_app.engine.store import DeletedSession, JudgmentRow, Store, StoreErr
 from clawrl_app.engine.store.faults import log_failure
 from clawrl_app.engine.trainer_config import TrainerConfig
 from clawrl_app.engine.trainer_supervisor import TrainerSupervisor
-from clawrl_app.hardware import ModelInfo, Plan, inventory, plan
+from clawrl_app.hardware import ModelInfo, Plan, inventory, plan, prefix_cache_mib
+from clawrl_app.memory_model import MIB
 from clawrl_app.models import ResolvedModel, is_embedded, read_model_config, resolve_model
 from clawrl_app.paths import AppPaths
 from clawrl_app.privacy.policy import PrivacyPolicy
@@ -315,6 +316,7 @@ class Engine:
             max_queue=self.settings.server.max_queue,
             # merged copies per LoRA version when memory allows (the plan's choice)
             merge_lora=self.plan.merge_lora,
+            prefix_cache_bytes=prefix_cache_mib(self.settings, self.plan) * MIB,
         )
         return backend, tokenizer
 
@@ -551,6 +553,8 @@ class Engine:
                 "version": self.backend.active_version if self.backend else None,
             }
         }
+        if (prefix_stats := getattr(self.backend, "prefix_cache_stats", None)) is not None:
+            out["serving"]["prefix_cache"] = prefix_stats()  # torch backend only
         if self.collector is not None:
             out["collection"] = self.collector.status()
         if self.judge_loop is not None:

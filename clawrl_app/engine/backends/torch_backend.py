@@ -36,6 +36,7 @@ from clawrl_app.engine.backends.grammar import GrammarCompiler, mask_logits
 from clawrl_app.engine.backends.heap import return_freed_memory
 from clawrl_app.engine.backends.kv_batch import DecodeBatch
 from clawrl_app.engine.backends.lora_merge import merged_copy
+from clawrl_app.engine.backends.prefix_cache import MIN_REUSE_TOKENS, PrefixCache, PrefixHit
 from clawrl_app.engine.backends.sampling import continuation_logprobs, sample_next
 from clawrl_app.engine.backends.torch_rows import BASE_VERSION, Row, RowStream
 from clawrl_app.engine.chat_format import eos_token_ids
@@ -63,6 +64,8 @@ class TorchBackend:
         max_batch: int = 8,
         max_queue: int = 64,
         merge_lora: bool = False,
+        prefix_cache_bytes: int = 0,
+        prefix_min_tokens: int = MIN_REUSE_TOKENS,
     ) -> None:
         self._model = model
         self._merge_lora = merge_lora
@@ -93,6 +96,8 @@ class TorchBackend:
         self._failures = 0  # consecutive failed model calls
         self._last_failure: str | None = None
         self._dead: str | None = None  # the worker thread ended by an unexpected error
+        self._prefix = PrefixCache(prefix_cache_bytes, prefix_min_tokens)
+        """KV of earlier prompts + answers, reused by prompts that repeat them (0 B = off)."""
 
     # -- lifecycle -------------------------------------------------------------------
     @property
@@ -115,6 +120,10 @@ class TorchBackend:
     def inflight(self, version: str) -> int:
         """Requests admitted on `version` whose answers are not finished yet."""
         return self._inflight.get(version, 0)
+
+    def prefix_cache_stats(self) -> dict[str, int]:
+        """Entries, bytes, hits, misses, tokens reused and evictions of the prefix cache."""
+        return self._prefix.stats()
 
     def info(self) -> BackendInfo:
         return BackendInfo(
@@ -356,22 +365,13 @@ class TorchBackend:
             room -= 1
 
     def _prefill(self, row: Row) -> DecodeBatch | None:
-        from transformers import DynamicCache
-
         ids = row.request.prompt_ids
         dev = self.device
         if row.request.params.seed is not None:  # sampling draws on the logits' device
             row.generator = torch.Generator(device=dev).manual_seed(row.request.params.seed)
         if row.request.params.json_schema is not None:
             row.grammar = self._grammars.matcher(row.request.params.json_schema)
-        cache = DynamicCache()
-        with self._adapter(row.version):
-            out = self._module(row.version)(
-                input_ids=torch.tensor([ids], dtype=torch.long, device=dev),
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
+        out, _ = self._forward_reusing(row.version, ids, ids, use_cache=True, logits_to_keep=1)
         row.total_len = len(ids)
         batch = DecodeBatch(
             cache=out.past_key_values,
@@ -381,6 +381,38 @@ class TorchBackend:
         if self._emit_tokens(batch, out.logits[:, -1, :]):
             return batch
         return None
+
+    def _forward_reusing(
+        self, version: str, ids: list[int], prefix_of: list[int], *, use_cache: bool, **kw: Any
+    ) -> tuple[Any, int]:
+        """A forward pass of `version` over `ids` from a copy of the stored KV of the longest
+        prefix of `prefix_of` (prefix_cache.py), or from scratch (none, or using it failed).
+        Returns the output and how many leading ids were reused (not in its logits)."""
+        hit = self._prefix.lookup(version, prefix_of)
+        try:
+            return self._forward_from(version, ids, hit, use_cache, **kw)
+        except Exception as exc:
+            if hit is None:
+                raise
+            self._prefix.failed()
+            log.warning("prefix cache: reuse failed (%s: %s); no reuse", type(exc).__name__, exc)
+            return self._forward_from(version, ids, None, use_cache, **kw)
+
+    def _forward_from(
+        self, version: str, ids: list[int], hit: PrefixHit | None, use_cache: bool, **kw: Any
+    ) -> tuple[Any, int]:
+        from transformers import DynamicCache
+
+        reused = hit.length if hit is not None else 0
+        cache = hit.cache() if hit is not None else DynamicCache() if use_cache else None
+        with self._adapter(version):
+            out = self._module(version)(
+                input_ids=torch.tensor([ids[reused:]], dtype=torch.long, device=self.device),
+                past_key_values=cache,
+                use_cache=cache is not None,
+                **kw,
+            )
+        return out, reused
 
     def _decode_step(self, key: tuple[str, bool]) -> None:
         batch = self._batches[key]
@@ -443,6 +475,10 @@ class TorchBackend:
             if reason is not None:
                 done = Finished(reason, row.version, len(row.request.prompt_ids), row.produced)  # type: ignore[arg-type]
             self._finish(row, done)
+            # after the client heard (no added latency); the last token was never fed
+            self._prefix.store_row(
+                row.version, batch.cache, i, row.request.prompt_ids, row.out_ids[: row.produced - 1]
+            )
         batch.keep(keep)
         return bool(batch.rows)
 
@@ -522,6 +558,7 @@ class TorchBackend:
         self._model.eval()
 
     def _delete_now(self, version: str) -> None:
+        self._prefix.drop_version(version)  # its KV must never serve anything again
         if self._full.pop(version, None) is None:
             self._model.delete_adapter(version)
             if not self._model.peft_config:  # last adapter gone: back to the plain base model
@@ -532,22 +569,26 @@ class TorchBackend:
     def _topk_now(
         self, prompt_ids: list[int], response_ids: list[int], k: int, version: str
     ) -> tuple[list[list[int]], list[list[float]]]:
-        ids = torch.tensor([prompt_ids + response_ids], dtype=torch.long, device=self.device)
-        with self._adapter(version):
-            logits = self._module(version)(input_ids=ids, use_cache=False).logits[0]  # (L, V)
-        start = len(prompt_ids) - 1
-        logp_TV = torch.log_softmax(logits[start : start + len(response_ids)].float(), dim=-1)
+        logits = self._response_logits(prompt_ids, response_ids, version)  # (T, V)
+        logp_TV = torch.log_softmax(logits.float(), dim=-1)
         vals_TK, idx_TK = torch.topk(logp_TV, k, dim=-1)  # (T, K)
         return idx_TK.tolist(), vals_TK.tolist()
 
     def _score_now(
         self, prompt_ids: list[int], response_ids: list[int], version: str
     ) -> list[float]:
-        ids = torch.tensor([prompt_ids + response_ids], dtype=torch.long, device=self.device)
-        with self._adapter(version):
-            logits = self._module(version)(input_ids=ids, use_cache=False).logits[0]  # (T, V)
-        start = len(prompt_ids) - 1
-        return continuation_logprobs(logits[start : start + len(response_ids)], response_ids)
+        logits = self._response_logits(prompt_ids, response_ids, version)  # (T, V)
+        return continuation_logprobs(logits, response_ids)
+
+    def _response_logits(
+        self, prompt_ids: list[int], response_ids: list[int], version: str
+    ) -> torch.Tensor:
+        """The logits predicting each response token (T, V), reusing a stored prefix of the
+        prompt (a teacher prompt repeats the turn's history)."""
+        ids = prompt_ids + response_ids
+        out, reused = self._forward_reusing(version, ids, prompt_ids, use_cache=False)
+        start = len(prompt_ids) - 1 - reused  # the prompt's last token predicts the first
+        return out.logits[0, start : start + len(response_ids)]
 
 
 def _device_of(model: Any) -> torch.device:
