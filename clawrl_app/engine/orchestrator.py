@@ -17,6 +17,7 @@ from typing import Any
 from clawrl_app.api_key import get_api_key, is_loopback
 from clawrl_app.config import Settings
 from clawrl_app.engine.api import create_app
+from clawrl_app.engine.backend_setup import build_backend
 from clawrl_app.engine.backends.base import Backend
 from clawrl_app.engine.chat_format import ChatFormatter
 from clawrl_app.engine.chat_service import ChatService
@@ -51,8 +52,7 @@ from clawrl_app.engine.store import DeletedSession, JudgmentRow, Store, StoreErr
 from clawrl_app.engine.store.faults import log_failure
 from clawrl_app.engine.trainer_config import TrainerConfig
 from clawrl_app.engine.trainer_supervisor import TrainerSupervisor
-from clawrl_app.hardware import ModelInfo, Plan, inventory, plan, prefix_cache_mib
-from clawrl_app.memory_model import MIB
+from clawrl_app.hardware import ModelInfo, Plan, inventory, plan
 from clawrl_app.models import ResolvedModel, is_embedded, read_model_config, resolve_model
 from clawrl_app.paths import AppPaths
 from clawrl_app.privacy.policy import PrivacyPolicy
@@ -269,23 +269,6 @@ class Engine:
         self.loops["serving"].state = "running"
         log.info("serving %s at %s", self.model.name, self.url)
 
-    def _served_model(self) -> ResolvedModel:
-        """The weights serving starts from: the model itself, or under QLoRA the
-        dequantized NF4 copy that equals what the 4-bit trainer computes with."""
-        assert self.model is not None and self.plan is not None
-        if self.plan.train_mode != "qlora":
-            return self.model
-        import torch
-
-        from clawrl_app.engine.backends.nf4_base import export_nf4_base
-
-        devices = self.plan.serve_devices or self.plan.train_devices
-        device = f"cuda:{devices[0]}" if devices else "cpu"
-        dtype = torch.bfloat16 if devices else torch.float32
-        dest = self.paths.models_dir / f"{self.model.name}-nf4-base"
-        path = export_nf4_base(self.model.path, dest, device=device, dtype=dtype, progress=log.info)
-        return replace(self.model, path=path)
-
     def _resume_target(self) -> str:
         """The newest checkpoint the trainer can resume from; damaged ones are skipped with
         a warning (and "none", the base model, when no checkpoint is usable)."""
@@ -297,28 +280,7 @@ class Engine:
 
     def _build_backend(self) -> tuple[Backend, Any]:
         assert self.model is not None and self.plan is not None
-        served = self._served_model()
-        if self.plan.backend == "sglang":
-            from clawrl_app.engine.backends.sglang_factory import build_sglang_backend
-
-            return build_sglang_backend(self.settings, self.plan, served, self.paths)
-        from clawrl_app.engine.backends.torch_backend import TorchBackend
-        from clawrl_app.models import load_model
-
-        device = f"cuda:{self.plan.serve_devices[0]}" if self.plan.serve_devices else "cpu"
-        model, tokenizer = load_model(served, dtype=self.settings.model.dtype, device=device)
-        backend = TorchBackend(
-            model,
-            tokenizer,
-            model_name=self.model.name,
-            context_length=self.model.context_length,
-            max_batch=self.settings.model.max_batch,
-            max_queue=self.settings.server.max_queue,
-            # merged copies per LoRA version when memory allows (the plan's choice)
-            merge_lora=self.plan.merge_lora,
-            prefix_cache_bytes=prefix_cache_mib(self.settings, self.plan) * MIB,
-        )
-        return backend, tokenizer
+        return build_backend(self.settings, self.plan, self.model, self.paths)
 
     async def _close_idle_sessions(self) -> None:
         idle_s = self.settings.server.session_idle_s
