@@ -103,14 +103,13 @@ def decide(
 ) -> GuardVerdict:
     """Refuse when either score drops by more than its setting allows. The personal score
     is compared with the served version's and decides only with at least
-    `min_personal_items` held-out turns (fewer say too little). The general score is
-    compared with the better of the served version's and the base model's (`base_general`):
-    a chain of versions, each a little worse than the last, cannot drift away from what the
-    model knew."""
+    `min_personal_items` held-out turns (fewer say too little). The general score asks "did
+    it forget what the model knew?", so it is compared with the base model's (`base_general`;
+    the served version's when that is unknown): a chain of versions, each a little worse than
+    the last, cannot drift away, and a lucky high score of the served version (40 questions
+    move in steps of 0.025) does not make every later version look like a regression."""
     reasons = []
-    general_ref = served.general
-    if base_general is not None and (general_ref is None or base_general > general_ref):
-        general_ref = base_general
+    general_ref = base_general if base_general is not None else served.general
     if (
         candidate.personal is not None
         and served.personal is not None
@@ -126,7 +125,7 @@ def decide(
         and general_ref is not None
         and candidate.general < general_ref - settings.max_general_drop
     ):
-        whose = "base's" if general_ref != served.general else f"{served.version}'s"
+        whose = "base's" if base_general is not None else f"{served.version}'s"
         reasons.append(
             f"general score {candidate.general:.2f} < {general_ref:.2f} ({whose}) - "
             f"{settings.max_general_drop:g} on {candidate.general_n} questions"
