@@ -13,9 +13,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from clawrl_app.compare_text import guard_text
 from clawrl_app.config import LoadedSettings
 from clawrl_app.paths import AppPaths
-from clawrl_app.tui.compare_views import guard_text
 
 _STYLE = {"a": ("\x1b[1;31m", "\x1b[0m"), "b": ("\x1b[1;32m", "\x1b[0m")}
 _PLAIN = {"a": ("[-", "-]"), "b": ("{+", "+}")}

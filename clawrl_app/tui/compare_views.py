@@ -6,6 +6,8 @@ from typing import Any
 
 from rich.text import Text
 
+from clawrl_app.compare_text import guard_text
+
 CHANGED_STYLE = "reverse"
 """Differing words: reverse video, so the theme's colours apply (no colours in Python)."""
 
@@ -36,22 +38,6 @@ def item_title(n: int, item: dict[str, Any]) -> str:
     sa, sb = item["scores"]["a"], item["scores"]["b"]
     mark = "identical" if item["same"] else "differ"
     return f"{n}. {item['prompt']} · {mark} · {sa['words']} vs {sb['words']} words"
-
-
-def guard_text(result: dict[str, Any], sep: str = " · ") -> str:
-    """The two versions' stored regression-guard scores ("" when neither was scored)."""
-    g = result.get("guard") or {}
-    a, b = g.get("a") or {}, g.get("b") or {}
-    parts = []
-    for key in ("general", "personal"):
-        if a.get(key) is None and b.get(key) is None:
-            continue
-
-        def fig(x: float | None) -> str:
-            return "-" if x is None else f"{x:.2f}"
-
-        parts.append(f"{key} score {fig(a.get(key))} vs {fig(b.get(key))}")
-    return sep.join(parts)
 
 
 def summary_line(result: dict[str, Any]) -> str:
