@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from clawrl_app.envs.sandbox.pids_cgroup import PidsCgroup, _own_pids_dir
 
 V1_MOUNTS = (
@@ -38,3 +40,17 @@ def test_no_pids_controller_or_unreadable_proc(tmp_path: Path) -> None:
 def test_create_refuses_a_folder_that_is_not_a_cgroup(tmp_path: Path) -> None:
     assert PidsCgroup.create(10, base=tmp_path) is None  # no cgroup.procs there
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cgroup_no_process_can_enter_is_no_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`process_cap` (what `env list` reports and the fork-bomb test trusts) checks that a
+    process really enters the group, not only that the folder could be made."""
+    import os
+
+    from clawrl_app.envs.sandbox import pids_cgroup
+
+    def refuse(self: PidsCgroup) -> None:
+        raise PermissionError("cgroup.procs: permission denied")
+
+    monkeypatch.setattr(pids_cgroup.PidsCgroup, "enter", refuse)
+    assert pids_cgroup.process_cap() == (None if os.getuid() == 0 else "RLIMIT_NPROC")

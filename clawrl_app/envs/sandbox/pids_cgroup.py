@@ -16,6 +16,7 @@ import contextlib
 import itertools
 import os
 import signal
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -127,8 +128,14 @@ class PidsCgroup:
 def process_cap() -> str | None:
     """What caps a sandboxed command's processes here: a pids cgroup, RLIMIT_NPROC (not
     applied to root), or None (root without a writable pids cgroup: only the wall limit)."""
-    group = PidsCgroup.create(1)
+    group = PidsCgroup.create(4)
     if group is not None:
-        group.remove()
-        return "pids cgroup"
+        try:  # made is not enough: a process must be able to enter it
+            entered = subprocess.run(["/bin/true"], preexec_fn=group.enter, check=False)  # noqa: PLW1509
+            if entered.returncode == 0:
+                return "pids cgroup"
+        except (OSError, subprocess.SubprocessError):
+            pass
+        finally:
+            group.close()
     return "RLIMIT_NPROC" if os.getuid() != 0 else None
