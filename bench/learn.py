@@ -71,6 +71,7 @@ from learn_report import report  # noqa: E402
 
 from clawrl_app.config import load_settings  # noqa: E402
 from clawrl_app.engine.engine_thread import EngineThread  # noqa: E402
+from clawrl_app.engine.store.guard import GENERAL, PERSONAL  # noqa: E402
 from clawrl_app.general_eval import GeneralItem, load_general_set, score_answers  # noqa: E402
 from clawrl_app.models import resolve_model  # noqa: E402
 from clawrl_app.paths import app_paths  # noqa: E402
@@ -377,8 +378,8 @@ def run_persona(
             "metrics": _metrics(store),
             "sample_states": _sample_states(store, "learn-"),
             "guard": [e.payload for e in reversed(store.latest_events("GuardChecked", 1000))],
-            "version_general": {m.version: m.value for m in store.metrics("guard/general")},
-            "version_personal": {m.version: m.value for m in store.metrics("guard/personal")},
+            "version_general": {m.version: m.value for m in store.metrics(GENERAL)},
+            "version_personal": {m.version: m.value for m in store.metrics(PERSONAL)},
         }
     finally:
         with contextlib.suppress(Exception):

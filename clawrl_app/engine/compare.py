@@ -27,9 +27,7 @@ from clawrl_app.engine.checkpoints import checkpoint_problem
 from clawrl_app.engine.rollback import USABLE
 from clawrl_app.engine.sessions import message_text
 from clawrl_app.engine.store import ENV_SOURCE_PREFIX, Store
-
-PERSONAL = "guard/personal"  # the metrics the regression guard stores per version
-GENERAL = "guard/general"
+from clawrl_app.engine.store.guard import GENERAL, PERSONAL
 
 if TYPE_CHECKING:
     from clawrl_app.engine.backends.base import Backend

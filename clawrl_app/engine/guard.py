@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from clawrl_app.engine.compare import GENERAL, PERSONAL, answer
+from clawrl_app.engine.compare import answer
+from clawrl_app.engine.store.guard import GENERAL, PERSONAL
 from clawrl_app.general_eval import GeneralItem, load_general_set, score_answers
 
 if TYPE_CHECKING:

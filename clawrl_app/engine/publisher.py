@@ -42,7 +42,7 @@ from clawrl_app.engine.store.faults import log_failure
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from clawrl_app.engine.guard import RegressionGuard
+    from clawrl_app.engine.guard import GuardVerdict, RegressionGuard
 
 log = logging.getLogger("clawrl.publisher")
 
@@ -176,7 +176,9 @@ class Publisher:
             asyncio.create_task(self._unload_later(previous))
         return True
 
-    async def _guard(self, name: str, served: str, step: int, held: list[bool]) -> Any:
+    async def _guard(
+        self, name: str, served: str, step: int, held: list[bool]
+    ) -> GuardVerdict | None:
         """The guard's verdict on `name`; None when it could not score (then the version is
         published as without a guard: a broken check never stops learning, and says so)."""
         assert self.guard is not None

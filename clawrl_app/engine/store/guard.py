@@ -8,6 +8,11 @@ from dataclasses import dataclass
 from clawrl_app.engine.store.connection import StoreBase
 from clawrl_app.engine.store.rows import _INT32, _unpack
 
+PERSONAL = "guard/personal"
+"""Metric name of a version's personal score (held-out preference agreement)."""
+GENERAL = "guard/general"
+"""Metric name of a version's general score (the shipped code-scored set)."""
+
 HELD_OUT_SQL = (
     "SELECT t.id, t.prompt_ids, t.response_ids, j.score FROM turns t "
     "JOIN samples s ON s.turn_id = t.id JOIN judgments j ON j.sample_id = s.id "
