@@ -220,7 +220,7 @@ def test_urgent_canary_scoring_runs_before_queued_judge_work(
 ) -> None:
     """Publishing's canary check (urgent) runs at the next loop round under user traffic;
     judge scoring waits for its background slot (made very rare here)."""
-    import clawrl_app.engine.backends.torch_backend as tb
+    import clawrl_app.engine.backends.worker_backend as tb
 
     monkeypatch.setattr(tb, "BACKGROUND_EVERY_S", 3600.0)
     model, tok = model_copy

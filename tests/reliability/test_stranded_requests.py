@@ -23,7 +23,7 @@ import openai
 import pytest
 import torch
 
-from clawrl_app.engine.backends import torch_backend
+from clawrl_app.engine.backends import worker_backend
 from clawrl_app.engine.backends.base import (
     BackendError,
     Finished,
@@ -38,7 +38,7 @@ from tests.conftest import start_engine, wait_for
 pytestmark = pytest.mark.slow
 PREFILL = "prefill"
 DECODE = "decode"
-UNHEALTHY_AFTER: int = getattr(torch_backend, "UNHEALTHY_AFTER", 3)
+UNHEALTHY_AFTER: int = worker_backend.UNHEALTHY_AFTER
 DEVICE_ERROR = "Expected all tensors to be on the same device, but got index is on cpu"
 
 
