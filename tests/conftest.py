@@ -50,7 +50,11 @@ def start_engine(home: Path, env: dict[str, str], events: Any = None) -> Any:
 
     # The regression guard answers the general set before each checkpoint is served (a
     # minute on a CPU) and holds out a share of turns: only the tests about it turn it on.
-    settings = load_settings(env={"CLAWRL_GUARD__ENABLED": "false", **env}).settings
+    # The torch backend serves unless a test asks for another: these tests reach into its
+    # model; llama.cpp (the default where installed) has its own end-to-end tests
+    # (test_llamacpp_engine.py, test_smoke.py).
+    defaults = {"CLAWRL_GUARD__ENABLED": "false", "CLAWRL_HARDWARE__BACKEND": "torch"}
+    settings = load_settings(env={**defaults, **env}).settings
     return EngineThread(settings, app_paths(home), events=events).start()
 
 

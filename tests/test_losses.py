@@ -33,6 +33,7 @@ from clawrl_app.engine.losses import (
     rl_advantages,
     rl_loss,
     tail_logprob,
+    tis_weights,
     topk_opd_loss,
     topk_reverse_kl,
 )
@@ -517,3 +518,51 @@ def test_inputs_are_validated() -> None:
         LossConfig(eps_low=1.0)
     with pytest.raises(ValueError):
         LossConfig(opd_clip=0.0)
+
+
+# --- truncated importance sampling (a serving engine with other kernels) -------------------
+def test_tis_weights_are_truncated_ratios_and_zero_on_padding() -> None:
+    lp = t([[-1.0, -1.0, -1.0]])
+    served = t([[-1.0 - LN2, -1.0 + LN2, -1.0 - 3.0]])  # the server under/over-sampled
+    w = tis_weights(lp, served, t([[1.0, 1.0, 0.0]]), cap=2.0)
+    # e^(ln2) = 2, e^(-ln2) = 0.5, padding 0 (its e^3 would be truncated to 2 anyway)
+    assert torch.allclose(w, t([[2.0, 0.5, 0.0]]))
+    assert torch.allclose(tis_weights(lp, lp - 5.0, t([[1.0, 1.0, 1.0]]), 2.0), t([[2.0] * 3]))
+
+
+def test_tis_with_matching_log_probs_is_plain_ppo() -> None:
+    """Where the server computed exactly the trainer's log-probs, the correction changes
+    neither the loss nor the gradient (the ratio is 1, every weight 1)."""
+    results = []
+    for cap in (0.0, 2.0):
+        batch = make_batch([[-1.0, -2.0]], rewards=[1.0], has_reward=[True])
+        res = rl_loss(batch, LossConfig(tis_cap=cap), t([1.0]))
+        backward(res)
+        results.append((res.loss.item(), grad(batch.logprobs_BT).clone(), res.stats["tis_weight"]))
+    (plain, g_plain, w_plain), (tis, g_tis, w_tis) = results
+    assert tis == pytest.approx(plain) and torch.allclose(g_tis, g_plain)
+    assert (w_plain, w_tis) == (0.0, pytest.approx(1.0))
+
+
+def test_tis_keeps_learning_where_a_kernel_gap_would_clip_ppo() -> None:
+    """A served log-prob 0.3 below the trainer's reads to PPO as a policy that moved by
+    e^0.3 = 1.35 > 1 + eps_high: the token is clipped and learns nothing. TIS weighs it by
+    min(e^0.3, cap) instead and its gradient stays."""
+    gap = 0.3
+    grads = {}
+    for cap in (0.0, 2.0):
+        batch = make_batch(
+            [[-1.0, -1.0]], old=[[-1.0 - gap, -1.0]], rewards=[1.0], has_reward=[True]
+        )
+        res = rl_loss(batch, LossConfig(tis_cap=cap), t([1.0]))
+        backward(res)
+        grads[cap] = grad(batch.logprobs_BT)
+    assert grads[0.0][0, 0].item() == 0.0  # clipped by PPO
+    # TIS: -w·A/2 tokens with w = e^0.3; the matching token keeps -1/2
+    assert grads[2.0][0, 0].item() == pytest.approx(-math.exp(gap) / 2)
+    assert grads[2.0][0, 1].item() == pytest.approx(-0.5)
+
+
+def test_tis_cap_must_be_off_or_at_least_one() -> None:
+    with pytest.raises(ValueError, match="tis_cap"):
+        LossConfig(tis_cap=0.5)

@@ -185,3 +185,17 @@ def test_continuation_logprobs_match_log_softmax_rows() -> None:
     lps = continuation_logprobs(logits_TV, targets)
     full = torch.log_softmax(logits_TV, dim=-1)
     assert lps == pytest.approx([full[t, i].item() for t, i in enumerate(targets)], abs=1e-6)
+
+
+def test_draws_follow_the_distribution_and_never_pick_masked_tokens() -> None:
+    """The inverse-CDF draw: frequencies match softmax(logits / T); -inf (grammar-masked)
+    tokens, also between allowed ones and at the end of the vocabulary, never come out."""
+    logits = torch.tensor([[0.0, float("-inf"), 1.0, 2.0, float("-inf")]])
+    gen = torch.Generator().manual_seed(7)
+    counts = torch.zeros(5)
+    for _ in range(6000):
+        ids, _, _ = sample_next(logits, [1.0], [1.0], [gen])
+        counts[ids[0]] += 1
+    expected = torch.softmax(logits[0], dim=-1)
+    assert counts[1] == 0 and counts[4] == 0
+    assert torch.allclose(counts / counts.sum(), expected, atol=0.02), (counts, expected)

@@ -31,7 +31,7 @@ from clawrl_app.engine.lazy_stats import LazyStats
 Method = Literal["rl", "opd", "combine", "topk-opd"]
 BaselineKind = Literal["ema", "batch_mean", "none"]
 
-_PG_STATS = ("pg_loss", "clip_frac", "ratio_mean", "adv_mean", "adv_std")
+_PG_STATS = ("pg_loss", "clip_frac", "ratio_mean", "adv_mean", "adv_std", "tis_weight")
 STAT_KEYS = (*_PG_STATS, "kl", "entropy", "tokens", "samples")
 """Keys of every `LossResult.stats`; a statistic with nothing to measure is 0.0."""
 
@@ -103,12 +103,18 @@ class LossConfig:
     """Coefficient of the k3 KL to the reference model (needs `ref_logprobs_BT`)."""
     entropy_coef: float = 0.0
     """Coefficient of the entropy bonus (needs `entropy_BT`)."""
+    tis_cap: float = 0.0
+    """> 0: the serving engine computes log-probs differently from the trainer (llama.cpp
+    kernels): correct with truncated importance sampling, weights min(π_θ/π_behaviour, cap)
+    on a ratio taken from the trainer's own log-probs (`policy_gradient`). 0 = off."""
 
     def __post_init__(self) -> None:
         """Reject settings that would make the clip range or the penalties meaningless."""
-        for name in ("eps_low", "eps_high", "opd_eps", "kl_coef", "entropy_coef"):
+        for name in ("eps_low", "eps_high", "opd_eps", "kl_coef", "entropy_coef", "tis_cap"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if 0 < self.tis_cap < 1:
+            raise ValueError(f"tis_cap must be 0 (off) or >= 1, got {self.tis_cap}")
         if self.eps_low >= 1 or self.opd_eps >= 1:
             raise ValueError("eps_low and opd_eps must be < 1 (the ratio clip stays positive)")
         if self.opd_clip <= 0:
@@ -268,6 +274,7 @@ def ppo_clip_loss(
         "entropy": 0.0,
         "adv_mean": _token_mean(a_BT, valid_BT),
         "adv_std": _token_std(a_BT, valid_BT),
+        "tis_weight": 0.0,
         "tokens": valid_BT.sum(),
         "samples": samples,
     }
@@ -280,6 +287,39 @@ def kl_k3(logprobs_BT: Tensor, ref_logprobs_BT: Tensor, mask_BT: Tensor) -> Tens
     diff_BT = _upcast(ref_logprobs_BT.detach()) - _upcast(logprobs_BT)  # (B, T)
     diff_BT = torch.where(valid_BT, diff_BT, 0.0)  # (B, T)
     return torch.exp(diff_BT) - diff_BT - 1.0  # (B, T)
+
+
+def tis_weights(logprobs_BT: Tensor, behaviour_BT: Tensor, mask_BT: Tensor, cap: float) -> Tensor:
+    """Truncated importance weights min(e^(logπ_θ − logπ_behaviour), cap), detached; 0 on
+    padding. π_behaviour is what the serving engine reported when it sampled the token."""
+    with torch.no_grad():
+        valid_BT = _valid(mask_BT)  # (B, T)
+        gap_BT = _upcast(logprobs_BT.detach()) - _upcast(behaviour_BT.detach())  # (B, T)
+        w_BT = torch.exp(torch.where(valid_BT, gap_BT, 0.0).clamp(max=math.log(cap)))  # (B, T)
+        return torch.where(valid_BT, w_BT, 0.0)  # (B, T)
+
+
+def policy_gradient(
+    batch: LossBatch, adv_BT: Tensor, valid_BT: Tensor, eps_low: float, eps_high: float, cap: float
+) -> LossResult:
+    """PPO-clip against the behaviour log-probs, or, with `cap` > 0, truncated importance
+    sampling for a serving engine whose log-probs differ from the trainer's (decoupled PPO
+    with the trainer's current log-probs as the proximal policy): per token
+    −w·ρ·A with ρ = e^(logπ_θ − sg(logπ_θ)) (1, its gradient ∇logπ_θ) and
+    w = min(π_θ/π_behaviour, cap), so a token the server over-sampled counts less and the
+    kernel gap never reads as a policy change. `tis_weight` reports the mean weight."""
+    if cap <= 0:
+        return ppo_clip_loss(
+            batch.logprobs_BT, batch.old_logprobs_BT, adv_BT, valid_BT, eps_low, eps_high
+        )
+    w_BT = tis_weights(batch.logprobs_BT, batch.old_logprobs_BT, valid_BT, cap)  # (B, T)
+    result = ppo_clip_loss(
+        batch.logprobs_BT, batch.logprobs_BT.detach(), adv_BT * w_BT, valid_BT, eps_low, eps_high
+    )
+    given = result.stats
+    raw: dict[str, Tensor | float] = given.raw() if isinstance(given, LazyStats) else {**given}
+    raw["tis_weight"] = _token_mean(w_BT, valid_BT)
+    return LossResult(loss=result.loss, stats=LazyStats(raw))
 
 
 def _with_regularizers(
@@ -320,9 +360,7 @@ def rl_loss(batch: LossBatch, cfg: LossConfig, adv_B: Tensor) -> LossResult:
     signal_B = _rl_signal_B(batch)  # (B,)
     valid_BT = _valid(batch.mask_BT) & signal_B[:, None]  # (B, T)
     adv_BT = torch.where(valid_BT, adv_B.detach()[:, None], 0.0)  # (B, T)
-    result = ppo_clip_loss(
-        batch.logprobs_BT, batch.old_logprobs_BT, adv_BT, valid_BT, cfg.eps_low, cfg.eps_high
-    )
+    result = policy_gradient(batch, adv_BT, valid_BT, cfg.eps_low, cfg.eps_high, cfg.tis_cap)
     return _with_regularizers(result, batch, cfg, valid_BT)
 
 
@@ -336,9 +374,7 @@ def opd_loss(batch: LossBatch, cfg: LossConfig) -> LossResult:
     adv_BT = opd_token_advantages(
         batch.teacher_logprobs_BT, batch.old_logprobs_BT, valid_BT, teacher_B, cfg.opd_clip
     )  # (B, T)
-    result = ppo_clip_loss(
-        batch.logprobs_BT, batch.old_logprobs_BT, adv_BT, valid_BT, cfg.opd_eps, cfg.opd_eps
-    )
+    result = policy_gradient(batch, adv_BT, valid_BT, cfg.opd_eps, cfg.opd_eps, cfg.tis_cap)
     return _with_regularizers(result, batch, cfg, valid_BT)
 
 
@@ -358,9 +394,7 @@ def combine_loss(batch: LossBatch, cfg: LossConfig, adv_B: Tensor) -> LossResult
     rl_valid_BT = valid_BT & signal_B[:, None]  # (B, T)
     rl_adv_BT = torch.where(rl_valid_BT, adv_B.detach()[:, None], 0.0)  # (B, T)
     adv_BT = cfg.w_opd * opd_adv_BT + cfg.w_rl * rl_adv_BT  # (B, T)
-    result = ppo_clip_loss(
-        batch.logprobs_BT, batch.old_logprobs_BT, adv_BT, valid_BT, cfg.eps_low, cfg.eps_high
-    )
+    result = policy_gradient(batch, adv_BT, valid_BT, cfg.eps_low, cfg.eps_high, cfg.tis_cap)
     return _with_regularizers(result, batch, cfg, valid_BT)
 
 

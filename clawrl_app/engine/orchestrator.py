@@ -16,8 +16,9 @@ from typing import Any
 
 from clawrl_app.api_key import get_api_key, is_loopback
 from clawrl_app.config import Settings
+from clawrl_app.cpu_backend import llamacpp_installed, with_cpu_backend
 from clawrl_app.engine.api import create_app
-from clawrl_app.engine.backend_setup import build_backend
+from clawrl_app.engine.backend_setup import build_backend, canary_tolerance
 from clawrl_app.engine.backends.base import Backend
 from clawrl_app.engine.chat_format import ChatFormatter
 from clawrl_app.engine.chat_service import ChatService
@@ -50,10 +51,16 @@ from clawrl_app.engine.schedule import gate
 from clawrl_app.engine.storage_watch import StorageWatch
 from clawrl_app.engine.store import DeletedSession, JudgmentRow, Store, StoreError
 from clawrl_app.engine.store.faults import log_failure
-from clawrl_app.engine.trainer_config import TrainerConfig
+from clawrl_app.engine.trainer_config import TrainerConfig, tis_cap
 from clawrl_app.engine.trainer_supervisor import TrainerSupervisor
 from clawrl_app.hardware import ModelInfo, Plan, inventory, plan
-from clawrl_app.models import ResolvedModel, is_embedded, read_model_config, resolve_model
+from clawrl_app.models import (
+    ResolvedModel,
+    gguf_source,
+    is_embedded,
+    read_model_config,
+    resolve_model,
+)
 from clawrl_app.paths import AppPaths
 from clawrl_app.privacy.policy import PrivacyPolicy
 
@@ -170,7 +177,12 @@ class Engine:
             resolve_model, s.model.path, self.paths, progress=self.progress
         )
         info = ModelInfo.from_hf_config(self.model.name, read_model_config(self.model.path))
-        self.plan = plan(inventory(), info, s)
+        self.plan = with_cpu_backend(
+            plan(inventory(), info, s),
+            s.hardware.backend,
+            llamacpp_installed(),
+            gguf_source(self.model),
+        )
         log.info("loading %s (%s backend)", self.model.name, self.plan.backend)
         backend, tokenizer = await asyncio.to_thread(self._build_backend)
         self.backend = backend
@@ -227,7 +239,7 @@ class Engine:
             self.store,
             backend,
             events=self._emit,
-            tolerance=1e-3 if not self.plan.serve_devices else 5e-2,
+            tolerance=canary_tolerance(self.plan, s),
             state_file=self.paths.data_dir / "served.json",
             activity=self.service.activity,
             guard=(
@@ -326,6 +338,7 @@ class Engine:
             token_budget=t.token_budget,
             max_staleness=t.max_staleness,
             baseline=t.baseline,
+            tis_cap=tis_cap(t.behaviour_correction, t.tis_cap, self.plan.backend),
             approved_only=self.settings.review.mode == "manual",
             device="cuda" if self.plan.train_devices else "cpu",
             gradient_checkpointing=self.plan.gradient_checkpointing,

@@ -23,6 +23,8 @@ class TrainerConfig:
     token_budget: int = 4096
     max_staleness: int = 8
     baseline: str = "ema"
+    tis_cap: float = 0.0
+    """> 0: truncated importance sampling against the served log-probs (losses.tis_weights)."""
     approved_only: bool = False
     resume_from: str = "latest"
     control_file: str | None = None
@@ -45,3 +47,10 @@ class TrainerConfig:
     """The token of the engine start that launched this trainer."""
     lock_file: str | None = None
     """Held by the trainer process while it lives: a new trainer waits for an old one."""
+
+
+def tis_cap(correction: str, cap: float, backend: str) -> float:
+    """The trainer's importance-weight cap: `cap` where the served log-probs come from
+    other kernels than the trainer's (llama.cpp; or when asked), else 0 (off)."""
+    on = correction == "tis" or (correction == "auto" and backend == "llamacpp")
+    return max(cap, 1.0) if on else 0.0

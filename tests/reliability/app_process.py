@@ -45,6 +45,7 @@ def app_env(home: Path, model_dir: Path, port: int, extra: Mapping[str, str]) ->
         CUDA_VISIBLE_DEVICES="",
         PYTHON_KEYRING_BACKEND="keyring.backends.fail.Keyring",
         CLAWRL_GUARD__ENABLED="false",  # the guard's own tests turn it on
+        CLAWRL_HARDWARE__BACKEND="torch",  # llama.cpp has its own end-to-end tests
     )
     env.update(extra)
     return env

@@ -36,6 +36,8 @@ class Row:
     out_ids: list[int] = field(default_factory=list)
     """The answer so far (checked for a degenerate loop when the request asks)."""
     total_len: int = 0
+    seq: int = -1
+    """The llama.cpp backend's KV sequence id held for this row (-1: none)."""
     cancelled: threading.Event = field(default_factory=threading.Event)
     counted: bool = False
     """True while this row holds one unit of its version's in-flight count."""
