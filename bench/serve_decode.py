@@ -1,0 +1,80 @@
+"""Single-stream decode side by side: llama.cpp itself (llama-cpp-python's `Llama` on the
+embedded GGUF as shipped, Q4_1) vs the app's serving backend (called directly, and through
+the endpoint with one streaming client), same prompt ids, greedy, interleaved repeats.
+
+Decode tokens/s counts the tokens after the first (the first carries the prefill). If
+llama-cpp-python is not installed the table says so and shows the app's figures alone.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from clawrl_app.engine.backends.base import GenerationRequest, SamplingParams, TokenOut
+from clawrl_app.models import ResolvedModel, gguf_source
+
+PROMPT = "Write a long story about a lighthouse keeper and the sea."
+
+
+def reference(model: ResolvedModel, threads: int) -> Any:
+    """llama.cpp's own generation loop on the GGUF file, or None when not installed."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return None
+    gguf = gguf_source(model)
+    if gguf is None:
+        return None
+    return Llama(model_path=str(gguf), n_ctx=2048, n_threads=threads, verbose=False)
+
+
+def reference_decode(llm: Any, ids: list[int], tokens: int) -> float:
+    llm.reset()
+    t1 = 0.0
+    for n, _ in enumerate(llm.generate(ids, temp=0.0, reset=True), start=1):
+        if n == 1:
+            t1 = time.perf_counter()
+        if n > tokens:
+            break
+    return tokens / (time.perf_counter() - t1)
+
+
+async def backend_decode(engine: Any, ids: list[int], tokens: int) -> float:
+    req = GenerationRequest("bench-decode", ids, SamplingParams(tokens + 1, temperature=0.0))
+    n, t1 = 0, 0.0
+    async for ev in engine.backend.generate(req):
+        if isinstance(ev, TokenOut):
+            n += 1
+            if n == 1:
+                t1 = time.perf_counter()
+    return (n - 1) / (time.perf_counter() - t1)
+
+
+def decode_rows(et: Any, model: ResolvedModel, tokens: int, repeats: int) -> list[str]:
+    """Markdown table rows: reference, backend direct, and the ratio."""
+    from serve import throughput  # bench/ is on sys.path when run
+
+    ids = et.engine.service.formatter.render([{"role": "user", "content": PROMPT}])
+    threads = getattr(et.engine.backend, "_threads", None) or 2
+    llm = reference(model, threads)
+    ref, ours, endpoint = [], [], []
+    for _ in range(repeats):
+        if llm is not None:
+            ref.append(reference_decode(llm, ids, tokens))
+        ours.append(et.call(backend_decode(et.engine, ids, tokens)))
+        endpoint.append(throughput(et, 1, tokens))
+    name = type(et.engine.backend).__name__
+    mine = statistics.median(ours)
+    rows = [f"| {name}, direct, 1 stream, greedy decode | {mine:.1f} tok/s | |"]
+    rows.append(
+        f"| {name}, endpoint, 1 streaming client | {statistics.median(endpoint):.1f} tok/s | |"
+    )
+    if llm is None:
+        rows.append("| llama.cpp reference | not installed (pip install llama-cpp-python) | |")
+        return rows
+    theirs = statistics.median(ref)
+    rows.append(f"| llama.cpp `Llama` on the GGUF ({threads} threads) | {theirs:.1f} tok/s | |")
+    rows.append(f"| ours / llama.cpp | {mine / theirs:.2f}x | >= 0.8x |")
+    return rows
