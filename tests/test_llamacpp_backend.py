@@ -5,6 +5,7 @@ streams, sequences released on every path, prefix reuse, constrained tool calls.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -248,3 +249,50 @@ def test_slots_share_prefixes_by_version_evict_lru_and_supersede(f16_gguf: Path)
         assert slots.drop_version("base") == 2 and slots.stats()["entries"] == 0
     finally:
         rt.close()
+
+
+def test_a_lora_version_serves_beside_the_base_and_unloads_cleanly(
+    f16_gguf: Path, loaded_model: tuple[Any, Any], fmt: ChatFormatter, tmp_path: Path
+) -> None:
+    """A published LoRA checkpoint becomes an adapter GGUF on the shared weights: its
+    answers carry its version and the trainer's log-probs (peft on float32), the base keeps
+    its own, and unloading drops the adapter, its cached prefixes and its file."""
+    from tests.test_gguf_export import make_adapter
+
+    model, tok = loaded_model
+    ids = fmt.render([{"role": "user", "content": "Name a colour of the sky at dusk."}])
+    adapter, _ = make_adapter(model, [], tmp_path / "v1", r=8, lora_alpha=16)
+
+    async def body(be: LlamaCppBackend) -> Any:
+        await be.load_adapter("v1", adapter)
+        file = tmp_path / "versions" / "v1.gguf"
+        loaded = file.exists() and file.stat().st_mode & 0o777 == 0o600
+        req = GenerationRequest("a", ids, SamplingParams(8, temperature=0.0), version="v1")
+        v1 = [ev async for ev in be.generate(req)]
+        base, _ = await answer(be, ids, 8)
+        v1_ids = [e.token_id for e in v1 if isinstance(e, TokenOut)]
+        scored = await be.score(ids, v1_ids, "v1")
+        await settled(be)
+        cached_v1 = sum(e.version == "v1" for e in be._base.slots._cached.values())
+        await be.unload_adapter("v1")
+        after = sum(e.version == "v1" for e in be._base.slots._cached.values())
+        return loaded, v1, base, scored, cached_v1, after, file.exists(), be.info().versions
+
+    loaded, v1, base, scored, cached_v1, after, file_left, versions = with_backend(
+        f16_gguf, tok, tmp_path, body, prefix_cache_bytes=2**26, prefix_min_tokens=8
+    )
+    assert loaded and isinstance(v1[-1], Finished) and v1[-1].policy_version == "v1"
+    v1_tokens = [e for e in v1 if isinstance(e, TokenOut)]
+    # B is not zero: the version's log-probs are its own, not the base's
+    assert max(abs(a.logprob - b.logprob) for a, b in zip(v1_tokens, base, strict=False)) > 0.1
+    assert max(abs(a - t.logprob) for a, t in zip(scored, v1_tokens, strict=True)) < SCORE_GAP
+    from peft import PeftModel
+
+    peft_model = PeftModel.from_pretrained(copy.deepcopy(model), str(adapter)).eval()
+    resp = [t.token_id for t in v1_tokens]
+    with torch.no_grad():
+        logits = peft_model(torch.tensor([ids + resp])).logits[0, len(ids) - 1 : -1]
+    trainer = torch.log_softmax(logits, -1).gather(1, torch.tensor(resp)[:, None])[:, 0]
+    gaps = [abs(t.logprob - b) for t, b in zip(v1_tokens, trainer.tolist(), strict=True)]
+    assert max(gaps) < TRAINER_GAP, gaps
+    assert cached_v1 >= 1 and after == 0 and not file_left and versions == ["base"]
