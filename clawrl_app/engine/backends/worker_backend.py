@@ -19,6 +19,7 @@ import logging
 import queue
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -64,7 +65,7 @@ class LaneBatch(Protocol):
     def keep(self, keep_idx: list[int]) -> None: ...
 
 
-class WorkerBackend:
+class WorkerBackend(ABC):
     """Queues, lanes, versions and health of an in-process backend (see the module doc)."""
 
     thread_name = "model-worker"
@@ -110,29 +111,31 @@ class WorkerBackend:
         """Where the logits live: every tensor the worker creates goes there."""
         return torch.device("cpu")
 
+    @abstractmethod
     def _start_row(self, row: Row) -> tuple[Any, torch.Tensor]:
         """Prefill `row` alone: its one-row lane batch and the logits of its next token (1, V)."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _decode_logits(self, key: tuple[str, bool], batch: Any) -> torch.Tensor:
         """Feed every row's `next_id` to the model; the next-token logits (B, V)."""
-        raise NotImplementedError
+        ...
 
-    def _row_done(self, batch: Any, index: int, row: Row) -> None:
+    def _row_done(self, batch: Any, index: int, row: Row) -> None:  # noqa: B027 (optional hook)
         """Row `index` of `batch` finished (its client already heard): keep what is useful."""
 
+    @abstractmethod
     def _score_now(
         self, prompt_ids: list[int], response_ids: list[int], version: str
-    ) -> list[float]:
-        raise NotImplementedError
+    ) -> list[float]: ...
 
+    @abstractmethod
     def _topk_now(
         self, prompt_ids: list[int], response_ids: list[int], k: int, version: str
-    ) -> tuple[list[list[int]], list[list[float]]]:
-        raise NotImplementedError
+    ) -> tuple[list[list[int]], list[list[float]]]: ...
 
-    def _delete_now(self, version: str) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def _delete_now(self, version: str) -> None: ...
 
     # -- lifecycle -------------------------------------------------------------------
     @property
