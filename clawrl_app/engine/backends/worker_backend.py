@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
@@ -50,19 +50,6 @@ BACKGROUND_EVERY_S = 1.0
 # This many failed model calls in a row (no success between them) mark the backend not
 # ready: /readyz says why instead of clients queueing for an answer that never comes.
 UNHEALTHY_AFTER = 3
-
-
-class LaneBatch(Protocol):
-    """The rows of one (version, background) lane that decode together."""
-
-    rows: list[Any]
-
-    @property
-    def size(self) -> int: ...
-
-    def merge(self, other: Any) -> None: ...
-
-    def keep(self, keep_idx: list[int]) -> None: ...
 
 
 class WorkerBackend(ABC):
