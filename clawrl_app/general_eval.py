@@ -25,7 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-GENERAL_SET_PATH = Path(__file__).resolve().parents[1] / "assets" / "general_set.jsonl"
+from clawrl_app.paths import asset_path
+
+GENERAL_SET_FILE = "general_set.jsonl"
 
 
 @dataclass(frozen=True)
@@ -93,13 +95,13 @@ def item_from_dict(raw: dict[str, object]) -> GeneralItem:
 def load_general_set(path: Path | None = None) -> list[GeneralItem]:
     """Load the general set (default: the one shipped in `assets/`)."""
     items = []
-    for n, line in enumerate((path or GENERAL_SET_PATH).read_text().splitlines(), 1):
+    for n, line in enumerate((path or asset_path(GENERAL_SET_FILE)).read_text().splitlines(), 1):
         if not line.strip():
             continue
         try:
             items.append(item_from_dict(json.loads(line)))
         except (KeyError, ValueError) as exc:
-            raise ValueError(f"{path or GENERAL_SET_PATH}:{n}: {exc}") from exc
+            raise ValueError(f"{path or GENERAL_SET_FILE}:{n}: {exc}") from exc
     ids = [i.id for i in items]
     if len(set(ids)) != len(ids):
         raise ValueError("general set: duplicate item ids")

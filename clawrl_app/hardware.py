@@ -23,6 +23,7 @@ from clawrl_app.memory_model import (
     ModelInfo,
     PlanError,
     TrainMode,
+    merged_lora_serving,
     prefix_cache_budget,
     serve_need,
     spare_gib,
@@ -32,9 +33,6 @@ from clawrl_app.memory_model import (
 OVERHEAD_GIB = 2.0  # per process per GPU: CUDA context, cuBLAS/NCCL workspace, CUDA graphs
 CPU_RESERVE_GIB = 2.0  # RAM left to the OS and the Python/torch runtime
 SMALL_POLICY_B = 1.0  # below this a policy is too weak to judge its own turns
-# Merged LoRA serving keeps one full copy of the weights per live version: the one served,
-# the one being checked before publishing, and the previous one while its answers finish.
-MERGED_COPIES = 3
 NVIDIA_SMI_QUERY = "--query-gpu=index,name,memory.total"
 
 Backend = Literal["torch", "sglang", "llamacpp"]
@@ -486,7 +484,7 @@ def plan(inv: Inventory, model: ModelInfo, settings: Settings) -> Plan:
         gradient_checkpointing=gc,
     )
     merge, merge_line, merge_why = merged_lora_serving(
-        backend, mode, checks, model.params_b * 1e9 * dtype / GIB
+        backend, mode, [line for line, _ in checks], model.params_b * 1e9 * dtype / GIB, dtype
     )
     if merge and merge_line is not None:  # the copies are memory the plan must count
         result = replace(result, merge_lora=True, memory=(*result.memory, merge_line))
@@ -502,37 +500,6 @@ def plan(inv: Inventory, model: ModelInfo, settings: Settings) -> Plan:
         reasons.append(cache_why)
     batch_why = "" if gpus else ": a CPU LoRA step on 8x256 tokens takes 19-70 s on 2 cores"
     return replace(result, reasons=(*reasons, f"Default batch size {batch}{batch_why}.", lr_why))
-
-
-def merged_lora_serving(
-    backend: Backend, mode: TrainMode, checks: Sequence[_Check], weights_gib: float
-) -> tuple[bool, MemoryLine | None, str]:
-    """Whether the torch backend serves LoRA versions as merged copies of the weights.
-
-    peft's unmerged LoRA layers cost ~3x per token on a GPU (65-70 vs 20-22 ms/token on an
-    H100) and ~1.5x on the CPU (74 vs 50 ms, 135M model); a merged copy costs nothing per
-    token but MERGED_COPIES x the weights in memory. Merge when that fits beside everything
-    else on the serving device. SGLang (own LoRA kernels) and full fine-tuning (versions
-    are their own weights anyway) are not concerned. Returns (merge, memory line, reason).
-    """
-    if backend != "torch" or mode == "full" or not checks:
-        return False, None, ""
-    serving = next(line for line, _ in checks if line.role == "serving")
-    used = sum(line.need_gib for line, _ in checks if line.device == serving.device)
-    spare = max(0.0, serving.have_gib - used)
-    need = MERGED_COPIES * weights_gib
-    line = MemoryLine("versions", serving.device, round(need, 2), round(spare, 2))
-    if line.fits:
-        why = (
-            f"LoRA versions are served as merged weights (base speed): {MERGED_COPIES} copies "
-            f"need {need:.1f} GiB of the {spare:.1f} left on {serving.device}."
-        )
-        return True, line, why
-    why = (
-        f"LoRA versions are served through peft (slower per token: ~3x on a GPU): merged "
-        f"copies would need {need:.1f} GiB, only {spare:.1f} is left on {serving.device}."
-    )
-    return False, line, why
 
 
 def _checkpointing_reason(on: bool, asked: str, without: Sequence[_Check]) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 from clawrl_app.engine.judge import Judge, Verdict
 from clawrl_app.engine.judge_prompts import JudgeInput
+from clawrl_app.paths import asset_path
 
 LABELS = (1, 0, -1)
 CALIBRATION_FILE = "judge_calibration.jsonl"
@@ -26,14 +27,7 @@ CALIBRATION_FILE = "judge_calibration.jsonl"
 
 def calibration_path() -> Path:
     """The labelled set: in the installed package, or in the source tree's assets/."""
-    here = Path(__file__).resolve().parent
-    for candidate in (
-        here / "assets" / CALIBRATION_FILE,
-        here.parent / "assets" / CALIBRATION_FILE,
-    ):
-        if candidate.exists():
-            return candidate
-    raise FileNotFoundError(f"{CALIBRATION_FILE} not found; reinstall clawrl-app")
+    return asset_path(CALIBRATION_FILE)
 
 
 REQUIRED_KEYS = ("context", "answer", "next_state_role", "next_state", "label")

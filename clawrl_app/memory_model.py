@@ -195,3 +195,49 @@ def prefix_cache_budget(model: ModelInfo, spare_gib: float, dtype: int) -> tuple
         f"{PREFIX_CONTEXTS} full {model.context_length}-token contexts ({context / MIB:.0f} MiB "
         f"each) and at most {PREFIX_SHARE:.0%} of the {max(0.0, spare_gib):.1f} GiB left spare."
     )
+
+
+# Merged LoRA serving keeps one full copy of the weights per live version: the one served,
+# the one being checked before publishing, and the previous one while its answers finish.
+MERGED_COPIES = 3
+
+
+def merged_lora_serving(
+    backend: str,
+    mode: TrainMode,
+    lines: Sequence[MemoryLine],
+    weights_gib: float,
+    bytes_per_param: int = 4,
+) -> tuple[bool, MemoryLine | None, str]:
+    """Whether the torch backend serves LoRA versions as merged copies of the weights
+    (nothing per token, MERGED_COPIES x the weights in memory) or through forward hooks
+    (lora_hooks.py; a little per token). Only float32 weights merge, when the copies fit:
+    in 16-bit weights a fresh adapter's update rounds away (H100: merged canary gap 0.0585,
+    hooks 0.0000). SGLang and full fine-tuning are not concerned. -> (merge, line, reason)"""
+    if backend != "torch" or mode == "full" or not lines:
+        return False, None, ""
+    if bytes_per_param != 4:
+        return (
+            False,
+            None,
+            (
+                "LoRA versions are served through forward hooks on the shared 16-bit weights "
+                "(exact; merging into 16-bit weights would round a fresh adapter away)."
+            ),
+        )
+    serving = next(line for line in lines if line.role == "serving")
+    used = sum(line.need_gib for line in lines if line.device == serving.device)
+    spare = max(0.0, serving.have_gib - used)
+    need = MERGED_COPIES * weights_gib
+    line = MemoryLine("versions", serving.device, round(need, 2), round(spare, 2))
+    if line.fits:
+        why = (
+            f"LoRA versions are served as merged weights (base speed): {MERGED_COPIES} copies "
+            f"need {need:.1f} GiB of the {spare:.1f} left on {serving.device}."
+        )
+        return True, line, why
+    why = (
+        f"LoRA versions are served through forward hooks (slower per token): merged "
+        f"copies would need {need:.1f} GiB, only {spare:.1f} is left on {serving.device}."
+    )
+    return False, line, why

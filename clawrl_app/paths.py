@@ -145,3 +145,13 @@ def write_private(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def asset_path(name: str) -> Path:
+    """A file shipped in `assets/`: inside the installed package (the wheel puts it at
+    `clawrl_app/assets/`), or in the source tree's `assets/` beside the package."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "assets" / name, here.parent / "assets" / name):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"assets/{name} is missing from this install: reinstall clawrl-app")

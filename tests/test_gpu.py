@@ -54,15 +54,17 @@ QUESTIONS = ["What is 2+2?", "Write a long poem about the sea.", "Name three col
 
 # --- the model ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def model_dir(embedded_model: ResolvedModel, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A ~14M-parameter random Llama (4 layers, GQA 4/2 heads) saved as bf16 safetensors."""
+def model_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ~14M-parameter random Llama (4 layers, GQA 4/2 heads) saved as bf16 safetensors, with
+    the embedded model's tokenizer (or that of the folder `CLAWRL_TOKENIZER_DIR` names: a GPU
+    machine without the package registry has no embedded model to convert)."""
+    named = os.environ.get("CLAWRL_TOKENIZER_DIR")
+    tokenizer_dir = Path(named) if named else request.getfixturevalue("embedded_model").path
     out = tmp_path_factory.mktemp("random-llama")
     shape = LlamaShape(
         hidden=256, layers=4, heads=4, kv_heads=2, head_dim=64, intermediate=704, vocab=49152
     )
-    save_random_llama(
-        out, shape.params, embedded_model.path, device=DEVICE, dtype=DTYPE, shape=shape
-    )
+    save_random_llama(out, shape.params, tokenizer_dir, device=DEVICE, dtype=DTYPE, shape=shape)
     return out
 
 

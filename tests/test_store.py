@@ -581,3 +581,18 @@ def test_killed_writer_leaves_only_whole_committed_batches(db_path: Path) -> Non
     assert rows.keys() <= committed | {in_flight}  # at most the batch being killed, if whole
     for batch, batch_rows in rows.items():
         assert batch_rows == list(range(rows_per_batch)), f"partial batch {batch}"
+
+
+def test_sql_uses_no_numbered_placeholders() -> None:
+    """`?1`-style placeholders with a sequence of values warn on Python 3.12 (seen on a GPU
+    machine's 3.12.3) and are refused from 3.14: the store uses `?` or `:name` only."""
+    import re
+
+    store_dir = Path(__file__).resolve().parents[1] / "clawrl_app" / "engine" / "store"
+    numbered = [
+        f"{path.name}:{n}: {line.strip()}"
+        for path in sorted(store_dir.glob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\?\d", line)
+    ]
+    assert numbered == []

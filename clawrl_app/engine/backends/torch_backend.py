@@ -2,8 +2,9 @@
 
 The worker thread, lanes and request bookkeeping are `WorkerBackend`'s; this class runs the
 model: prefill (reusing a stored prefix KV, prefix_cache.py), one decode step per lane over
-a left-padded `DecodeBatch`, scoring, and LoRA / full versions (merged copies on small CPU
-models, peft adapters otherwise).
+a left-padded `DecodeBatch`, scoring, and LoRA / full versions: plain LoRA adapters as merged copies of float32
+weights (small CPU models) or through forward hooks on 16-bit weights (lora_hooks.py: merging
+into bf16 rounds a fresh adapter away), other adapters through peft.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 from clawrl_app.engine.backends.base import BackendError
 from clawrl_app.engine.backends.heap import return_freed_memory
 from clawrl_app.engine.backends.kv_batch import DecodeBatch
+from clawrl_app.engine.backends.lora_hooks import LoraHooks, hookable
 from clawrl_app.engine.backends.lora_merge import merged_copy
 from clawrl_app.engine.backends.prefix_cache import MIN_REUSE_TOKENS, PrefixCache, PrefixHit
 from clawrl_app.engine.backends.sampling import continuation_logprobs
@@ -54,8 +56,10 @@ class TorchBackend(WorkerBackend):
             max_queue=max_queue,
         )
         self._model = model
-        self._merge_lora = merge_lora
-        """Serve each LoRA version as its own merged copy of the weights (small CPU models)."""
+        self._merge_lora = merge_lora and next(model.parameters()).dtype == torch.float32
+        """Serve each LoRA version as its own merged copy of the weights (float32 only: in
+        16-bit weights the merge rounds a fresh adapter's update away)."""
+        self._hooks = LoraHooks(model)
         self._full: dict[str, Any] = {}  # full fine-tuning versions: their own weights
         self._prefix = PrefixCache(prefix_cache_bytes, prefix_min_tokens)
         """KV of earlier prompts + answers, reused by prompts that repeat them (0 B = off)."""
@@ -78,6 +82,8 @@ class TorchBackend(WorkerBackend):
             merged = await asyncio.to_thread(merged_copy, self._model, path)
         if merged is not None:
             await self._submit(self._commands, lambda: self._full.__setitem__(version, merged))
+        elif hookable(path):
+            await self._submit(self._commands, lambda: self._hooks.add(version, path))
         else:
             await self._submit(self._commands, lambda: self._load_now(version, path))
         self._versions[version] = path
@@ -145,14 +151,22 @@ class TorchBackend(WorkerBackend):
 
     def _adapter(self, version: str) -> AbstractContextManager[Any]:
         """Select `version` for the next forward pass (base = adapters disabled)."""
+        self._hooks.select(version if version in self._hooks else None)
         if version in self._full:
             return nullcontext()
+        if version in self._hooks:  # peft's own adapters (if any) stay out of it
+            return self._peft_off()
         if not hasattr(self._model, "set_adapter") or not hasattr(self._model, "peft_config"):
             return nullcontext()
         if version == BASE_VERSION:
-            return self._model.disable_adapter()  # type: ignore[no-any-return]
+            return self._peft_off()
         self._model.set_adapter(version)
         return nullcontext()
+
+    def _peft_off(self) -> AbstractContextManager[Any]:
+        if not hasattr(self._model, "disable_adapter") or not hasattr(self._model, "peft_config"):
+            return nullcontext()
+        return self._model.disable_adapter()  # type: ignore[no-any-return]
 
     def _load_now(self, version: str, path: Path) -> None:
         from peft import PeftModel
@@ -174,7 +188,9 @@ class TorchBackend(WorkerBackend):
 
     def _delete_now(self, version: str) -> None:
         self._prefix.drop_version(version)  # its KV must never serve anything again
-        if self._full.pop(version, None) is None:
+        if version in self._hooks:
+            self._hooks.remove(version)
+        elif self._full.pop(version, None) is None:
             self._model.delete_adapter(version)
             if not self._model.peft_config:  # last adapter gone: back to the plain base model
                 self._model = self._model.unload()

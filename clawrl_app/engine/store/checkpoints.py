@@ -118,8 +118,9 @@ class CheckpointsMixin(StoreBase):
         """Metric values with id > `since_id`, optionally of one name, in append order."""
         return self._all(
             MetricRow,
-            "SELECT * FROM metrics WHERE id > ?1 AND (?2 IS NULL OR name = ?2) ORDER BY id",
-            (since_id, name),
+            "SELECT * FROM metrics WHERE id > :since AND (:name IS NULL OR name = :name) "
+            "ORDER BY id",
+            {"since": since_id, "name": name},
         )
 
     def add_event(self, kind: str, payload: Mapping[str, Any], now: float | None = None) -> int:

@@ -18,7 +18,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,10 @@ from typing import Any
 from clawrl_app.engine.store.faults import StoreError, advice_for, store_error
 from clawrl_app.engine.store.rows import R, _build
 from clawrl_app.engine.store.schema import MIGRATIONS, _statements
+
+Params = Sequence[Any] | Mapping[str, Any]
+"""Query parameters: positional (`?`) or named (`:name`); never numbered (`?NNN`), which
+Python 3.12 warns about and 3.14 refuses when given a sequence."""
 
 StoreWatcher = Callable[["StoreError | None"], None]
 """Told when the store starts failing (the error) and when a write succeeds again (None)."""
@@ -201,21 +205,21 @@ class StoreBase:
         except sqlite3.Error:
             pass  # the original error matters more; SQLite rolls back on close anyway
 
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+    def _rows(self, sql: str, params: Params = ()) -> list[sqlite3.Row]:
         with self._lock:
             try:
                 return self._connection().execute(sql, params).fetchall()
             except sqlite3.Error as e:
                 raise self._error("read", e) from e
 
-    def _all(self, cls: type[R], sql: str, params: Sequence[Any] = ()) -> list[R]:
+    def _all(self, cls: type[R], sql: str, params: Params = ()) -> list[R]:
         return [_build(cls, r) for r in self._rows(sql, params)]
 
-    def _one(self, cls: type[R], sql: str, params: Sequence[Any] = ()) -> R | None:
+    def _one(self, cls: type[R], sql: str, params: Params = ()) -> R | None:
         rows = self._all(cls, sql, params)
         return rows[0] if rows else None
 
-    def _update(self, sql: str, params: Sequence[Any]) -> bool:
+    def _update(self, sql: str, params: Params) -> bool:
         with self._tx() as cur:
             return cur.execute(sql, params).rowcount > 0
 

@@ -126,10 +126,10 @@ class EpisodesMixin(StoreBase):
         votes = _dumps([{"step_score": sig.step_score}] if sig.step_score is not None else [])
         cur.execute(
             "INSERT INTO judgments (sample_id, backend, votes_json, score, judge_score, "
-            "hint_candidates_json, created) VALUES (?1, ?2, ?3, ?4, ?4, '[]', ?5) "
-            "ON CONFLICT(sample_id) DO UPDATE SET backend = ?2, votes_json = ?3, "
-            "score = coalesce(user_rating, ?4), judge_score = ?4",
-            (sample_id, backend, votes, sig.reward, t),
+            "hint_candidates_json, created) VALUES (:sid, :backend, :votes, :score, :score, "
+            "'[]', :t) ON CONFLICT(sample_id) DO UPDATE SET backend = :backend, "
+            "votes_json = :votes, score = coalesce(user_rating, :score), judge_score = :score",
+            {"sid": sample_id, "backend": backend, "votes": votes, "score": sig.reward, "t": t},
         )
         cur.execute(
             "UPDATE samples SET judged_at = ?, eligible_at = ?, claimed_at = NULL, "

@@ -110,12 +110,13 @@ class SamplesMixin(StoreBase):
             cur.execute(
                 "INSERT INTO judgments (sample_id, backend, votes_json, score, judge_score, "
                 "hint, hint_candidates_json, hint_rule, teacher_logprobs, created) VALUES "
-                "(?1, ?2, ?3, ?4, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(sample_id) DO UPDATE SET "
-                "backend = ?2, votes_json = ?3, score = coalesce(user_rating, ?4), "
-                "judge_score = ?4, hint = ?5, hint_candidates_json = ?6, hint_rule = ?7, "
-                "teacher_logprobs = ?8",
-                (sample_id, backend, _dumps(list(votes)), score, hint,
-                 _dumps(list(hint_candidates)), hint_rule, teacher, t),
+                "(:sid, :backend, :votes, :score, :score, :hint, :cands, :rule, :teacher, :t) "
+                "ON CONFLICT(sample_id) DO UPDATE SET backend = :backend, votes_json = :votes, "
+                "score = coalesce(user_rating, :score), judge_score = :score, hint = :hint, "
+                "hint_candidates_json = :cands, hint_rule = :rule, teacher_logprobs = :teacher",
+                {"sid": sample_id, "backend": backend, "votes": _dumps(list(votes)),
+                 "score": score, "hint": hint, "cands": _dumps(list(hint_candidates)),
+                 "rule": hint_rule, "teacher": teacher, "t": t},
             )  # fmt: skip
             return self._mark_judged(cur, sample_id, t, eligible_at)
 
@@ -178,9 +179,10 @@ class SamplesMixin(StoreBase):
             cur.execute(
                 "INSERT INTO judgments (sample_id, backend, votes_json, score, "
                 "hint_candidates_json, user_rating, user_hint, created) "
-                "VALUES (?1, 'user', '[]', ?2, '[]', ?2, ?3, ?4) ON CONFLICT(sample_id) "
-                "DO UPDATE SET score = ?2, user_rating = ?2, user_hint = ?3",
-                (found[0], rating, hint, t),
+                "VALUES (:sid, 'user', '[]', :rating, '[]', :rating, :hint, :t) "
+                "ON CONFLICT(sample_id) "
+                "DO UPDATE SET score = :rating, user_rating = :rating, user_hint = :hint",
+                {"sid": found[0], "rating": rating, "hint": hint, "t": t},
             )
             return self._mark_judged(cur, found[0], t, eligible_at)
 

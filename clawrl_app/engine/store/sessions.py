@@ -32,9 +32,9 @@ class SessionsMixin(StoreBase):
             _check(review_state, REVIEW_STATES, "review_state")
         return self._all(
             SessionRow,
-            "SELECT * FROM sessions WHERE ?1 IS NULL OR review_state = ?1 "
-            "ORDER BY created DESC, rowid DESC LIMIT ?2",
-            (review_state, limit),
+            "SELECT * FROM sessions WHERE :state IS NULL OR review_state = :state "
+            "ORDER BY created DESC, rowid DESC LIMIT :limit",
+            {"state": review_state, "limit": limit},
         )
 
     def close_session(self, session_id: str, reason: str, now: float | None = None) -> bool:

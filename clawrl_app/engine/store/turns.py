@@ -36,9 +36,10 @@ class TurnsMixin(StoreBase):
                 "INSERT INTO turns (session_id, idx, type, request_json, response_text, "
                 "response_json, prompt_ids, response_ids, logprobs, policy_version, latency_ms, "
                 "prompt_tokens, completion_tokens, finish_reason, created, redacted, holdout) "
-                "VALUES (?1, (SELECT coalesce(max(idx), -1) + 1 FROM turns WHERE session_id = ?1), "
-                "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
-                (turn.session_id, turn.type, _dumps(turn.request), turn.response_text,
+                "VALUES (?, (SELECT coalesce(max(idx), -1) + 1 FROM turns WHERE session_id = ?), "
+                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (turn.session_id, turn.session_id, turn.type, _dumps(turn.request),
+                 turn.response_text,
                  _dumps(turn.response), _pack(_INT32, turn.prompt_ids),
                  _pack(_INT32, turn.response_ids), _pack("d", turn.logprobs),
                  turn.policy_version, turn.latency_ms, turn.prompt_tokens,
@@ -57,8 +58,9 @@ class TurnsMixin(StoreBase):
         """A session's turns in order, optionally only main or only side turns."""
         return self._all(
             TurnRow,
-            "SELECT * FROM turns WHERE session_id = ?1 AND (?2 IS NULL OR type = ?2) ORDER BY idx",
-            (session_id, type),
+            "SELECT * FROM turns WHERE session_id = :sid AND (:type IS NULL OR type = :type) "
+            "ORDER BY idx",
+            {"sid": session_id, "type": type},
         )
 
     def last_main_turn(self, session_id: str) -> TurnRow | None:
