@@ -8,7 +8,8 @@ trainer wrote) and prints, per path, the largest and the mean per-token gap to t
 - `peft forward`: the base in the serving dtype + the adapter through peft, one full forward
   (the trainer's own computation, re-done in this process);
 - `merged forward`: the adapter folded into a copy of the weights (`lora_merge.merged_copy`);
-- `served (peft)` / `served (merged)`: `TorchBackend.score`, as the publisher asks it;
+- `served (merge_lora=...)`: `TorchBackend.score`, as the publisher asks it (on 16-bit
+  weights both go through forward hooks, lora_hooks.py);
 - `base`: the base model without the adapter (how much the adapter itself moves the canary).
 
 Run: `.venv/bin/python bench/canary_gap.py MODEL_DIR CHECKPOINT_DIR [--device cuda]`
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     for merge in (False, True):
         model, tok = load_model(resolved, dtype=dtype, device=args.device)
         got = asyncio.run(served(model, tok, args.checkpoint, canary, merge))
-        rows.append((f"served ({'merged' if merge else 'peft'})", *gaps(expected, got)))
+        rows.append((f"served (merge_lora={merge})", *gaps(expected, got)))
         del model
     peft_model = PeftModel.from_pretrained(base, str(args.checkpoint)).eval()
     rows.append(("peft forward", *gaps(expected, forward(peft_model, canary, args.device))))

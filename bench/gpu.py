@@ -84,6 +84,8 @@ def server_env(args: argparse.Namespace, model_dir: Path, mode: str) -> dict[str
         "CLAWRL_REVIEW__GRACE_S": "0",
         # a random model cannot judge: the heuristic judge reads the user's next message
         "CLAWRL_JUDGE__BACKEND": "heuristic",
+        # the regression guard answers ~45 questions with each candidate before serving it
+        "CLAWRL_GUARD__ENABLED": "true" if args.guard else "false",
     }
 
 
@@ -317,6 +319,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="also run a QLoRA server (CUDA + bitsandbytes)",
+    )
+    ap.add_argument(
+        "--guard",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the regression guard checks each checkpoint before it is served (app default)",
     )
     ap.add_argument(
         "--tokenizer",
