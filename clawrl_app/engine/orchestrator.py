@@ -7,6 +7,7 @@ and keeps a small status snapshot of every loop for the UI.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field, replace
@@ -577,10 +578,18 @@ class Engine:
 
 
 async def _bounded(stage: str, awaitable: Any, timeout_s: float = 30.0) -> None:
-    """Await one shutdown stage; a stage that hangs is logged and skipped, never blocks exit."""
-    try:
-        await asyncio.wait_for(awaitable, timeout_s)
-    except asyncio.TimeoutError:
-        log.warning("stopping the %s took over %.0f s; continuing shutdown", stage, timeout_s)
-    except asyncio.CancelledError:
-        pass
+    """Await one shutdown stage; a stage that hangs is logged (with where each unfinished
+    task waits) and left behind, never blocks exit (wait_for would wait for its cancel)."""
+    fut = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({fut}, timeout=timeout_s)
+    if fut in done:
+        with contextlib.suppress(asyncio.CancelledError):
+            fut.result()
+        return
+    log.warning("stopping the %s took over %.0f s; continuing shutdown", stage, timeout_s)
+    for task in asyncio.all_tasks():
+        frames = task.get_stack(limit=3)
+        if frames and task is not asyncio.current_task():
+            where = " <- ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in frames)
+            log.warning("  still running: %s at %s", task.get_name(), where)
+    fut.cancel()
