@@ -426,8 +426,12 @@ def main() -> None:
     if args.threads > 0:  # serving (this process) and the trainer process (inherits the env)
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
         torch.set_num_threads(args.threads)
-    cmd = "CLAWRL_HOME=/tmp/clawrl-dev HF_HUB_OFFLINE=1 .venv/bin/python " + " ".join(
-        shlex.quote(a) for a in ["bench/learn.py", *sys.argv[1:]]
+    # the command as run: the app's settings from the environment (CLAWRL_*) included
+    env = [
+        f"{k}={shlex.quote(v)}" for k, v in sorted(os.environ.items()) if k.startswith("CLAWRL_")
+    ]
+    cmd = " ".join(
+        [*env, ".venv/bin/python", *(shlex.quote(a) for a in ["bench/learn.py", *sys.argv[1:]])]
     )
     date = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     model = resolve_model(args.model, app_paths())
