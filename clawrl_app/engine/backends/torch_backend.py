@@ -2,9 +2,9 @@
 
 The worker thread, lanes and request bookkeeping are `WorkerBackend`'s; this class runs the
 model: prefill (reusing a stored prefix KV, prefix_cache.py), one decode step per lane over
-a left-padded `DecodeBatch`, scoring, and LoRA / full versions: plain LoRA adapters as merged copies of float32
-weights (small CPU models) or through forward hooks on 16-bit weights (lora_hooks.py: merging
-into bf16 rounds a fresh adapter away), other adapters through peft.
+a left-padded `DecodeBatch`, scoring, and LoRA / full versions: plain LoRA adapters as
+merged copies of float32 weights (small CPU models) or through forward hooks on 16-bit
+weights (lora_hooks.py: merging into bf16 rounds a fresh adapter away), others through peft.
 """
 
 from __future__ import annotations
@@ -154,13 +154,9 @@ class TorchBackend(WorkerBackend):
         self._hooks.select(version if version in self._hooks else None)
         if version in self._full:
             return nullcontext()
-        if version in self._hooks:  # peft's own adapters (if any) stay out of it
+        if version in self._hooks or version == BASE_VERSION:  # peft's adapters (if any) off
             return self._peft_off()
-        if not hasattr(self._model, "set_adapter") or not hasattr(self._model, "peft_config"):
-            return nullcontext()
-        if version == BASE_VERSION:
-            return self._peft_off()
-        self._model.set_adapter(version)
+        self._model.set_adapter(version)  # a peft version: the model is a PeftModel
         return nullcontext()
 
     def _peft_off(self) -> AbstractContextManager[Any]:
