@@ -75,7 +75,7 @@ def decode_rows(et: Any, model: ResolvedModel, tokens: int, repeats: int) -> lis
     ours, endpoint = [], []
     for _ in range(repeats):
         ours.append(et.call(backend_decode(et.engine, ids, tokens)))
-        endpoint.append(throughput(et, 1, tokens))
+        endpoint.append(throughput(et, 1, tokens, 8.0))
     ref = reference(model, threads, ids, tokens, repeats)  # the engine idles meanwhile
     name = type(et.engine.backend).__name__
     mine = statistics.median(ours)

@@ -96,6 +96,27 @@ def test_top_p_handles_unsorted_vocab() -> None:
     assert out.tolist() == pytest.approx([0.0, 0.625, 0.0, 0.375], abs=1e-6)
 
 
+def _top_p_by_full_sort(probs_V: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The definition: sort the whole vocabulary, keep until the mass before reaches p."""
+    sorted_p, order = torch.sort(probs_V, descending=True)
+    drop = (torch.cumsum(sorted_p, 0) - sorted_p) >= top_p
+    out = torch.zeros_like(probs_V).scatter(0, order, sorted_p.masked_fill(drop, 0.0))
+    return out / out.sum()
+
+
+@pytest.mark.parametrize("spread", [0.5, 3.0, 12.0])  # flat (nucleus of thousands) .. peaky
+@pytest.mark.parametrize("top_p", [0.05, 0.5, 0.9, 0.99])
+def test_top_p_over_a_large_vocab_keeps_what_a_full_sort_keeps(spread: float, top_p: float) -> None:
+    # the filter searches the nucleus among the top 64, 512, ... tokens instead of sorting
+    # 49k probabilities: the same tokens must survive, with the same renormalised mass
+    g = torch.Generator().manual_seed(int(spread * 100 + top_p * 10))
+    probs_V = torch.softmax(torch.randn(49152, generator=g) * spread, dim=0)
+    fast, slow = _top_p_filter(probs_V, top_p), _top_p_by_full_sort(probs_V, top_p)
+    assert torch.equal(fast > 0, slow > 0)
+    assert torch.allclose(fast, slow, atol=1e-7)
+    assert int((fast > 0).sum()) >= 1
+
+
 def test_top_p_one_is_identity() -> None:
     probs = torch.tensor(PROBS)
     assert torch.equal(_top_p_filter(probs, 1.0), probs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -209,6 +210,34 @@ def test_idx_counts_per_session_and_last_seen_bumps(store: Store) -> None:
     assert a is not None and (a.created, a.last_seen, a.source) == (10.0, 23.0, "test")
     again = store.ensure_session("a", "other", now=30.0)
     assert (again.source, again.created, again.last_seen) == ("test", 10.0, 30.0)
+
+
+def test_append_turn_creates_touches_counts_and_closes_in_one_call(store: Store) -> None:
+    # the chat path's single write: same rows as ensure_session + record_turn + close
+    first = store.append_turn(new_turn("s", n=0), "openclaw", now=10.0)
+    redacted = dataclasses.replace(new_turn("s", n=1), redactions={"email": 2, "phone": 0})
+    second = store.append_turn(redacted, "other", now=11.0)
+    last = store.append_turn(new_turn("s", "side", n=2), "other", done=True, now=12.0)
+    turns = store.turns_for_session("s")
+    assert [t.id for t in turns] == [first, second, last]
+    assert [(t.idx, t.type, t.created) for t in turns] == [
+        (0, "main", 10.0),
+        (1, "main", 11.0),
+        (2, "side", 12.0),
+    ]
+    assert (turns[1].prompt_ids, turns[1].logprobs, turns[1].redacted) == (
+        [1, 2, 3, 1],
+        [-0.25, -1.5],
+        2,
+    )
+    session = store.get_session("s")
+    assert session is not None
+    assert (session.source, session.created, session.last_seen) == ("openclaw", 10.0, 12.0)
+    assert (session.closed_at, session.close_reason) == (12.0, "done")
+    assert store.redaction_counts() == {"email": 2}
+    with pytest.raises(ValueError, match="turn type"):
+        store.append_turn(new_turn("s", "bogus"), "x")
+    assert len(store.turns_for_session("s")) == 3
 
 
 def test_session_idx_is_unique_even_under_concurrent_writers(db_path: Path) -> None:

@@ -471,12 +471,7 @@ class ChatService:
 
     def _write_turn(self, source: str, turn: NewTurn, done: bool) -> int:
         turn = self.redact_turn(source, turn)  # here: off the event loop
-        with self.store.atomic():  # one transaction per turn
-            self.store.ensure_session(turn.session_id, source)
-            row = self.store.record_turn(turn)
-            if done:
-                self.store.close_session(turn.session_id, "done")
-        return row.id
+        return self.store.append_turn(turn, source, done)  # one transaction
 
     def close_idle_sessions(self, idle_s: float) -> list[str]:
         """Close sessions without a request for `idle_s` seconds; returns their ids."""

@@ -75,15 +75,28 @@ def _draw(probs_V: torch.Tensor, generator: torch.Generator | None) -> int:
 
 
 def _top_p_filter(probs_V: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Zero out the tail beyond cumulative probability `top_p` (the top token always stays)."""
+    """Zero out the tail beyond cumulative probability `top_p` (the top token always stays).
+
+    The nucleus is found among the k most likely tokens (k = 64, then x8 until their mass
+    reaches `top_p`): the same tokens a sort of the whole vocabulary keeps, without sorting
+    49k probabilities per row (~4 ms a row on a CPU: it was a third of a decode step)."""
     if top_p >= 1.0:
         return probs_V
-    sorted_p, order = torch.sort(probs_V, descending=True)
-    cum = torch.cumsum(sorted_p, dim=-1)
-    drop = (cum - sorted_p) >= top_p  # keep tokens until the mass before them reaches top_p
-    sorted_p = sorted_p.masked_fill(drop, 0.0)
-    out = torch.zeros_like(probs_V).scatter(0, order, sorted_p)
+    size = probs_V.shape[0]
+    k = min(size, _NUCLEUS_FIRST_K)
+    while True:
+        vals_K, idx_K = torch.topk(probs_V, k)  # (K,), sorted descending
+        cum_K = torch.cumsum(vals_K, dim=-1)
+        # enough once the mass of the k kept so far reaches top_p: token k+1 is dropped
+        if k == size or float(cum_K[-1]) >= top_p:
+            break
+        k = min(size, k * 8)
+    keep_K = (cum_K - vals_K) < top_p  # keep tokens until the mass before them reaches top_p
+    out = torch.zeros_like(probs_V).scatter(0, idx_K[keep_K], vals_K[keep_K])
     return out / out.sum()
+
+
+_NUCLEUS_FIRST_K = 64
 
 
 def continuation_logprobs(logits_TV: torch.Tensor, target_ids: list[int]) -> list[float]:

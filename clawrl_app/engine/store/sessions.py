@@ -6,6 +6,12 @@ from clawrl_app.engine.store.connection import StoreBase
 from clawrl_app.engine.store.rows import SessionRow, _build, _check, _now
 from clawrl_app.engine.store.schema import REVIEW_STATES, SAMPLE_STATES
 
+UPSERT_SESSION = (
+    "INSERT INTO sessions (id, source, created, last_seen) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT(id) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen)"
+)
+"""Create a session, or bump the `last_seen` of an existing one: (id, source, now, now)."""
+
 
 class SessionsMixin(StoreBase):
     """Creating, listing, reviewing and closing sessions (deleting: `PrivacyMixin`)."""
@@ -14,11 +20,7 @@ class SessionsMixin(StoreBase):
         """Create the session if it is new, else bump its `last_seen`; return it."""
         t = _now(now)
         with self._tx() as cur:
-            cur.execute(
-                "INSERT INTO sessions (id, source, created, last_seen) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(id) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen)",
-                (session_id, source, t, t),
-            )
+            cur.execute(UPSERT_SESSION, (session_id, source, t, t))
             row = cur.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
         return _build(SessionRow, row)
 

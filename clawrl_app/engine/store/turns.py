@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 from clawrl_app.engine.store.connection import StoreBase
 from clawrl_app.engine.store.faults import StoreError
 from clawrl_app.engine.store.privacy import count_redactions
@@ -16,6 +18,7 @@ from clawrl_app.engine.store.rows import (
     _pack,
 )
 from clawrl_app.engine.store.schema import ENV_SOURCE_PREFIX, TURN_TYPES
+from clawrl_app.engine.store.sessions import UPSERT_SESSION
 
 
 class TurnsMixin(StoreBase):
@@ -32,23 +35,49 @@ class TurnsMixin(StoreBase):
             )
             if cur.rowcount == 0:
                 raise StoreError(f"cannot record a turn for unknown session {turn.session_id!r}")
-            cur.execute(
-                "INSERT INTO turns (session_id, idx, type, request_json, response_text, "
-                "response_json, prompt_ids, response_ids, logprobs, policy_version, latency_ms, "
-                "prompt_tokens, completion_tokens, finish_reason, created, redacted, holdout) "
-                "VALUES (?, (SELECT coalesce(max(idx), -1) + 1 FROM turns WHERE session_id = ?), "
-                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (turn.session_id, turn.session_id, turn.type, _dumps(turn.request),
-                 turn.response_text,
-                 _dumps(turn.response), _pack(_INT32, turn.prompt_ids),
-                 _pack(_INT32, turn.response_ids), _pack("d", turn.logprobs),
-                 turn.policy_version, turn.latency_ms, turn.prompt_tokens,
-                 turn.completion_tokens, turn.finish_reason, t,
-                 sum(turn.redactions.values()), int(turn.holdout)),
-            )  # fmt: skip
-            row = cur.execute("SELECT * FROM turns WHERE id = ?", (cur.lastrowid,)).fetchone()
+            turn_id = self._insert_turn(cur, turn, t)
+            row = cur.execute("SELECT * FROM turns WHERE id = ?", (turn_id,)).fetchone()
             count_redactions(cur, turn.redactions, t)
         return _build(TurnRow, row)
+
+    def append_turn(
+        self, turn: NewTurn, source: str, done: bool = False, now: float | None = None
+    ) -> int:
+        """The chat path's write, in one transaction and as few statements as it takes (it
+        runs before the client gets its answer): create or touch the session, append the
+        turn, count its redactions, close the session when `done`. Returns the turn's id."""
+        _check(turn.type, TURN_TYPES, "turn type")
+        t = _now(now)
+        with self._tx() as cur:
+            cur.execute(UPSERT_SESSION, (turn.session_id, source, t, t))
+            turn_id = self._insert_turn(cur, turn, t)
+            if any(n > 0 for n in turn.redactions.values()):
+                count_redactions(cur, turn.redactions, t)
+            if done:
+                cur.execute(
+                    "UPDATE sessions SET closed_at = ?, close_reason = 'done' "
+                    "WHERE id = ? AND closed_at IS NULL",
+                    (t, turn.session_id),
+                )
+        return turn_id
+
+    @staticmethod
+    def _insert_turn(cur: sqlite3.Cursor, turn: NewTurn, t: float) -> int:
+        cur.execute(
+            "INSERT INTO turns (session_id, idx, type, request_json, response_text, "
+            "response_json, prompt_ids, response_ids, logprobs, policy_version, latency_ms, "
+            "prompt_tokens, completion_tokens, finish_reason, created, redacted, holdout) "
+            "VALUES (?, (SELECT coalesce(max(idx), -1) + 1 FROM turns WHERE session_id = ?), "
+            "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (turn.session_id, turn.session_id, turn.type, _dumps(turn.request),
+             turn.response_text,
+             _dumps(turn.response), _pack(_INT32, turn.prompt_ids),
+             _pack(_INT32, turn.response_ids), _pack("d", turn.logprobs),
+             turn.policy_version, turn.latency_ms, turn.prompt_tokens,
+             turn.completion_tokens, turn.finish_reason, t,
+             sum(turn.redactions.values()), int(turn.holdout)),
+        )  # fmt: skip
+        return int(cur.lastrowid or 0)
 
     def get_turn(self, turn_id: int) -> TurnRow | None:
         """The turn with this id, or None."""
