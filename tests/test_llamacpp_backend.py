@@ -22,10 +22,17 @@ from clawrl_app.engine.backends.base import (  # noqa: E402
     SamplingParams,
     TokenOut,
 )
-from clawrl_app.engine.backends.llamacpp_backend import LlamaCppBackend  # noqa: E402
+from clawrl_app.engine.backends.llamacpp_backend import (  # noqa: E402
+    SHARED_PREFIX_MIN_TOKENS,
+    LlamaCppBackend,
+)
 from clawrl_app.engine.backends.llamacpp_runtime import LlamaRuntime  # noqa: E402
 from clawrl_app.engine.backends.llamacpp_seqs import SeqSlots  # noqa: E402
 from clawrl_app.engine.backends.llamacpp_weights import f16_copy  # noqa: E402
+from clawrl_app.engine.backends.prefix_cache import (  # noqa: E402
+    MIN_REUSE_TOKENS,
+    common_prefix_len,
+)
 from clawrl_app.engine.chat_format import ChatFormatter  # noqa: E402
 from clawrl_app.models import ResolvedModel, gguf_source  # noqa: E402
 
@@ -192,6 +199,32 @@ def test_turn_two_reuses_turn_ones_kv_and_answers_the_same(
     (second, stats), (fresh, fresh_stats) = cached_run, fresh_run
     assert stats["hits"] == 1 and stats["tokens_reused"] > 30 and stats["entries"] >= 1
     assert fresh_stats["hits"] == 0
+    assert [t.token_id for t in second] == [t.token_id for t in fresh]
+    gaps = [abs(a.logprob - b.logprob) for a, b in zip(second, fresh, strict=True)]
+    assert max(gaps) < SCORE_GAP
+
+
+def test_unrelated_requests_share_the_templates_system_prompt(
+    f16_gguf: Path, loaded_model: tuple[Any, Any], fmt: ChatFormatter, tmp_path: Path
+) -> None:
+    """Sharing a prefix copies nothing in llama.cpp's unified pool, so by default even the
+    chat template's system prompt (in every request) is reused: a second, unrelated
+    question prefills only its own part and answers as a backend without the cache."""
+    _, tok = loaded_model
+    first_ids = fmt.render([{"role": "user", "content": "Why is the sea salty?"}])
+    second_ids = fmt.render([{"role": "user", "content": "Name a large desert."}])
+    shared = common_prefix_len(first_ids, second_ids)
+    assert SHARED_PREFIX_MIN_TOKENS <= shared < MIN_REUSE_TOKENS  # the case in question
+
+    async def body(be: LlamaCppBackend) -> Any:
+        await answer(be, first_ids, 6)
+        await settled(be)
+        second, _ = await answer(be, second_ids, 8)
+        return second, be.prefix_cache_stats()
+
+    second, stats = with_backend(f16_gguf, tok, tmp_path, body, prefix_cache_bytes=2**26)
+    fresh, _ = with_backend(f16_gguf, tok, tmp_path / "fresh", body)
+    assert stats["hits"] == 1 and stats["tokens_reused"] == shared
     assert [t.token_id for t in second] == [t.token_id for t in fresh]
     gaps = [abs(a.logprob - b.logprob) for a, b in zip(second, fresh, strict=True)]
     assert max(gaps) < SCORE_GAP

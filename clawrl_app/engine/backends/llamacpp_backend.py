@@ -33,7 +33,6 @@ import torch
 from clawrl_app.engine.backends.base import BackendError, Finished
 from clawrl_app.engine.backends.llamacpp_runtime import LlamaRuntime
 from clawrl_app.engine.backends.llamacpp_seqs import SeqSlots
-from clawrl_app.engine.backends.prefix_cache import MIN_REUSE_TOKENS
 from clawrl_app.engine.backends.sampling import continuation_logprobs
 from clawrl_app.engine.backends.torch_rows import BASE_VERSION, Row
 from clawrl_app.engine.backends.worker_backend import WorkerBackend
@@ -46,6 +45,13 @@ def default_threads() -> int:
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)
+
+
+SHARED_PREFIX_MIN_TOKENS = 16
+"""Shortest cached prefix worth sharing. In llama.cpp's unified KV pool sharing copies
+nothing (the cells take one more sequence id), so even the chat template's default system
+prompt (~30 tokens, in every request) is skipped at prefill; the torch backend copies its
+cache and keeps a higher bar (prefix_cache.MIN_REUSE_TOKENS)."""
 
 
 @dataclass(eq=False)
@@ -90,7 +96,7 @@ class LlamaCppBackend(WorkerBackend):
         max_queue: int = 64,
         threads: int | None = None,
         prefix_cache_bytes: int = 0,
-        prefix_min_tokens: int = MIN_REUSE_TOKENS,
+        prefix_min_tokens: int = SHARED_PREFIX_MIN_TOKENS,
     ) -> None:
         super().__init__(
             tokenizer,
