@@ -159,8 +159,9 @@ class JudgeSettings(_Section):
 class TrainSettings(_Section):
     enabled: bool = True
     """Run the background trainer (off = serve, record and judge only)."""
-    method: Literal["rl", "opd", "combine", "topk-opd"] = "combine"
-    """Objective: binary RL, on-policy distillation, their combination, or top-k OPD."""
+    method: Literal["rl", "opd", "combine", "topk-opd", "combine-topk"] = "combine"
+    """Objective: binary RL, on-policy distillation, their combination, top-k OPD, or
+    binary RL + top-k OPD (combine-topk: also teaches tokens the model never samples)."""
     mode: Literal["auto", "lora", "qlora", "full"] = "auto"
     """LoRA, 4-bit base + LoRA (CUDA only), or full fine-tuning; auto follows the plan."""
     batch_size: int | None = None

@@ -19,7 +19,7 @@ import torch
 from clawrl_app.engine.chat_format import ChatFormatter
 from clawrl_app.engine.train_data import TrainItem
 from clawrl_app.engine.trainer import Trainer
-from clawrl_app.engine.trainer_config import TrainerConfig
+from clawrl_app.engine.trainer_config import TOPK_METHODS, TrainerConfig
 from tests.device_guard import device_guard
 
 pytestmark = pytest.mark.slow
@@ -52,11 +52,11 @@ def make_items(tokenizer: Any, method: str) -> list[TrainItem]:
                 old_logprobs=[-1.2] * n,
                 temperature=0.7 if i == 1 else 1.0,
                 reward=reward,
-                has_reward=method in ("rl", "combine"),
+                has_reward=method in ("rl", "combine", "combine-topk"),
                 teacher_logprobs=teacher if method in ("opd", "combine") else None,
                 policy_version="base",
-                teacher_topk_ids=topk_ids if method == "topk-opd" else None,
-                teacher_topk_logprobs=topk_lps if method == "topk-opd" else None,
+                teacher_topk_ids=topk_ids if method in TOPK_METHODS else None,
+                teacher_topk_logprobs=topk_lps if method in TOPK_METHODS else None,
             )
         )
     return items
@@ -64,7 +64,14 @@ def make_items(tokenizer: Any, method: str) -> list[TrainItem]:
 
 @pytest.mark.parametrize(
     ("method", "checkpointing"),
-    [("rl", False), ("opd", False), ("combine", False), ("topk-opd", False), ("combine", True)],
+    [
+        ("rl", False),
+        ("opd", False),
+        ("combine", False),
+        ("topk-opd", False),
+        ("combine-topk", False),
+        ("combine", True),
+    ],
 )
 def test_trainer_step_and_canary_create_every_tensor_on_the_model_device(
     embedded_model: Any, tmp_path: Path, method: str, checkpointing: bool

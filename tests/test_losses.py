@@ -23,6 +23,7 @@ from clawrl_app.engine.losses import (
     LossResult,
     Method,
     combine_loss,
+    combine_topk_loss,
     ema_baseline_update,
     kl_k3,
     needs_reward,
@@ -422,6 +423,53 @@ def test_topk_opd_garbage_padding_and_missing_inputs() -> None:
         topk_opd_loss(make_batch([[-1.0]], has_teacher=[True]), CFG)
 
 
+def _topk_pair(n_b: int) -> tuple[Tensor, Tensor]:
+    """Student / teacher top-2 log-probs per token: KL 0.25 ln2 on token 0, 0 on token 1."""
+    student = t([[[math.log(0.5), math.log(0.25)], [math.log(0.3), math.log(0.3)]]] * n_b)
+    teacher = t([[[math.log(0.25), math.log(0.25)], [math.log(0.3), math.log(0.3)]]] * n_b)
+    return student.requires_grad_(), teacher
+
+
+def test_combine_topk_is_the_weighted_sum_of_rl_and_topk_opd() -> None:
+    # samples: reward only, teacher only, both; each term means over its own samples
+    lp, old = [[-1.0 + math.log(1.1), -1.0]] * 3, [[-1.0, -1.0]] * 3
+    kw: dict[str, Any] = {
+        "old": old,
+        "rewards": [1.0, 0.0, -1.0],
+        "has_reward": [True, False, True],
+        "has_teacher": [False, True, True],
+    }
+    adv = t([0.5, 9.0, -0.5])  # the stray 9 (no reward) must not count
+
+    def run(method: Any, cfg: LossConfig) -> LossResult:
+        student, teacher = _topk_pair(3)
+        batch = make_batch(
+            lp, topk_teacher_logprobs_BTK=teacher, topk_student_logprobs_BTK=student, **kw
+        )
+        return method(batch, cfg, adv)
+
+    rl = run(lambda b, c, a: rl_loss(b, c, a), CFG).loss.item()
+    kl = run(lambda b, c, a: topk_opd_loss(b, c), CFG).loss.item()
+    assert kl == pytest.approx(0.125 * LN2)  # both teacher samples: (0.25 ln2 + 0) / 2
+    both = run(OBJECTIVES["combine-topk"], CFG)
+    assert both.loss.item() == pytest.approx(rl + kl)
+    assert both.stats["pg_loss"] == pytest.approx(rl + kl)
+    weighted = run(OBJECTIVES["combine-topk"], LossConfig(w_opd=3.0, w_rl=0.5))
+    assert weighted.loss.item() == pytest.approx(0.5 * rl + 3.0 * kl)
+    # only the reward: plain RL; only the teacher: plain top-k OPD
+    student, teacher = _topk_pair(1)
+    alone = make_batch(
+        [[-1.0, -1.0]],
+        has_teacher=[True],
+        topk_teacher_logprobs_BTK=teacher,
+        topk_student_logprobs_BTK=student,
+    )
+    assert combine_topk_loss(alone, CFG, t([0.0])).loss.item() == pytest.approx(0.125 * LN2)
+    res = combine_topk_loss(alone, CFG, t([0.0]))
+    res.loss.backward()
+    assert student.grad is not None and student.grad[0, 0].abs().sum() > 0
+
+
 # --- KL and entropy -------------------------------------------------------------------------
 def test_kl_k3_values() -> None:
     theta = t([[-1.0, -1.0, -1.0, -1.0]])
@@ -456,7 +504,7 @@ def test_kl_and_entropy_coefficients_shift_the_loss_by_the_expected_amount() -> 
     assert batch.logprobs_BT.grad[0, 0].item() == pytest.approx(-0.5 - 0.05)
 
 
-@pytest.mark.parametrize("method", ["rl", "opd", "combine", "topk-opd"])
+@pytest.mark.parametrize("method", ["rl", "opd", "combine", "topk-opd", "combine-topk"])
 def test_every_objective_adds_the_kl_term(method: str) -> None:
     topk = t([[[math.log(0.5), math.log(0.25)]]], grad=True)
     kw: dict[str, Any] = {
@@ -476,7 +524,7 @@ def test_every_objective_adds_the_kl_term(method: str) -> None:
     assert set(with_kl.stats) == set(STAT_KEYS)
 
 
-@pytest.mark.parametrize("method", ["rl", "opd", "combine", "topk-opd"])
+@pytest.mark.parametrize("method", ["rl", "opd", "combine", "topk-opd", "combine-topk"])
 def test_every_objective_without_any_signal_is_zero_and_differentiable(method: str) -> None:
     topk = t([[[math.log(0.5), math.log(0.25)]] * 2], grad=True)
     batch = make_batch(
@@ -499,8 +547,13 @@ def test_objectives_table_covers_every_configured_method() -> None:
     methods = set(get_args(Method))
     assert set(OBJECTIVES) == methods
     assert set(get_args(TrainSettings.model_fields["method"].annotation)) == methods
-    assert {m for m in methods if needs_teacher(m)} == {"opd", "combine", "topk-opd"}
-    assert {m for m in methods if needs_reward(m)} == {"rl", "combine"}
+    assert {m for m in methods if needs_teacher(m)} == {
+        "opd",
+        "combine",
+        "topk-opd",
+        "combine-topk",
+    }
+    assert {m for m in methods if needs_reward(m)} == {"rl", "combine", "combine-topk"}
     with pytest.raises(ValueError):
         needs_teacher("grpo")
     batch = make_batch([[-1.0]], teacher=[[0.0]], has_teacher=[True])

@@ -440,10 +440,11 @@ def test_full_fine_tuning_checkpoint_is_served_by_the_torch_backend(
     assert gap < 1e-3
 
 
-def test_topk_opd_step_uses_the_teachers_recorded_top_k(
+def test_topk_methods_step_on_the_teachers_recorded_top_k(
     training_engine: Any, loaded_model: tuple[Any, Any], tmp_path: Path
 ) -> None:
-    """The judge's teacher top-k (scored by the real backend) reaches the top-k OPD loss."""
+    """The judge's teacher top-k (scored by the real backend) reaches the top-k OPD loss,
+    alone (topk-opd) and beside the correction's reward (combine-topk)."""
     import asyncio
     import copy
 
@@ -487,29 +488,40 @@ def test_topk_opd_step_uses_the_teachers_recorded_top_k(
             await be.stop()
 
         asyncio.run(score_all())
-        items = []
+        by_method: dict[str, list[TrainItem]] = {"topk-opd": [], "combine-topk": []}
         for s, _ in hinted:
-            got = build_item(
-                s, store.get_turn(s.turn_id), store.get_judgment(s.id), "topk-opd", 0, 99
-            )
-            if isinstance(got, TrainItem):
-                items.append(got)
+            for method, items in by_method.items():
+                got = build_item(
+                    s, store.get_turn(s.turn_id), store.get_judgment(s.id), method, 0, 99
+                )
+                if isinstance(got, TrainItem):
+                    items.append(got)
+    items = by_method["topk-opd"]
     assert len(items) >= 2 and all(it.teacher_topk_ids for it in items)
-    cfg = TrainerConfig(
-        store_path=str(db),
-        checkpoints_dir=str(tmp_path / "ckpt"),
-        method="topk-opd",
-        model_path=str(training_engine.engine.model.path),
-        batch_size=2,
-        resume_from="none",
-    )
-    trainer = Trainer(cfg)
-    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
-    m1 = trainer.train_step(items[:2])
-    m2 = trainer.train_step(items[:2])
-    assert m1["loss"] > 0 and torch.isfinite(torch.tensor(m2["loss"]))  # reverse KL is positive
-    after = dict(trainer.model.named_parameters())
-    assert any(not torch.equal(p, after[n].detach()) for n, p in before.items())
+    assert not any(it.has_reward for it in items)
+    # combine-topk: the same top-k plus the correction's reward
+    both = by_method["combine-topk"]
+    assert len(both) >= 2 and all(it.teacher_topk_ids and it.has_reward for it in both)
+    assert all(it.reward < 0 for it in both)
+    for method, batch in (("topk-opd", items[:2]), ("combine-topk", both[:2])):
+        cfg = TrainerConfig(
+            store_path=str(db),
+            checkpoints_dir=str(tmp_path / f"ckpt-{method}"),
+            method=method,
+            model_path=str(training_engine.engine.model.path),
+            batch_size=2,
+            resume_from="none",
+        )
+        trainer = Trainer(cfg)
+        trainable = trainer.model.named_parameters()
+        before = {n: p.detach().clone() for n, p in trainable if p.requires_grad}
+        m1 = trainer.train_step(batch)
+        m2 = trainer.train_step(batch)
+        assert torch.isfinite(torch.tensor([m1["loss"], m2["loss"]])).all()
+        if method == "topk-opd":
+            assert m1["loss"] > 0  # a reverse KL is positive
+        after = dict(trainer.model.named_parameters())
+        assert any(not torch.equal(p, after[n].detach()) for n, p in before.items()), method
 
 
 def test_everything_the_engine_wrote_is_private(training_engine: Any) -> None:

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from clawrl_app.engine.lazy_stats import LazyStats
 
-Method = Literal["rl", "opd", "combine", "topk-opd"]
+Method = Literal["rl", "opd", "combine", "topk-opd", "combine-topk"]
 BaselineKind = Literal["ema", "batch_mean", "none"]
 
 _PG_STATS = ("pg_loss", "clip_frac", "ratio_mean", "adv_mean", "adv_std", "tis_weight")
@@ -331,7 +331,7 @@ def _with_regularizers(
     """
     loss = result.loss
     given = result.stats
-    stats: dict[str, Tensor | float] = given.raw() if isinstance(given, LazyStats) else {**given}
+    stats = _raw(given)
     if batch.ref_logprobs_BT is not None:
         k3_BT = kl_k3(batch.logprobs_BT, batch.ref_logprobs_BT, valid_BT)  # (B, T)
         kl = _token_mean(k3_BT, valid_BT)  # ()
@@ -357,11 +357,16 @@ def rl_loss(batch: LossBatch, cfg: LossConfig, adv_B: Tensor) -> LossResult:
 
     Only samples with an RL signal take part, eps `cfg.eps_low` / `cfg.eps_high`.
     """
+    result, valid_BT = _rl_core(batch, cfg, adv_B)
+    return _with_regularizers(result, batch, cfg, valid_BT)
+
+
+def _rl_core(batch: LossBatch, cfg: LossConfig, adv_B: Tensor) -> tuple[LossResult, Tensor]:
     signal_B = _rl_signal_B(batch)  # (B,)
     valid_BT = _valid(batch.mask_BT) & signal_B[:, None]  # (B, T)
     adv_BT = torch.where(valid_BT, adv_B.detach()[:, None], 0.0)  # (B, T)
     result = policy_gradient(batch, adv_BT, valid_BT, cfg.eps_low, cfg.eps_high, cfg.tis_cap)
-    return _with_regularizers(result, batch, cfg, valid_BT)
+    return result, valid_BT
 
 
 def opd_loss(batch: LossBatch, cfg: LossConfig) -> LossResult:
@@ -425,6 +430,11 @@ def topk_opd_loss(batch: LossBatch, cfg: LossConfig) -> LossResult:
     and the advantage statistics are 0 (there is no advantage); `ratio_mean` still reports
     how far π_θ has moved from π_old.
     """
+    result, valid_BT = _topk_core(batch)
+    return _with_regularizers(result, batch, cfg, valid_BT)
+
+
+def _topk_core(batch: LossBatch) -> tuple[LossResult, Tensor]:
     teacher_BTK = batch.topk_teacher_logprobs_BTK  # (B, T, K)
     student_BTK = batch.topk_student_logprobs_BTK  # (B, T, K)
     if teacher_BTK is None or student_BTK is None:
@@ -445,8 +455,40 @@ def topk_opd_loss(batch: LossBatch, cfg: LossConfig) -> LossResult:
         "tokens": valid_BT.sum(),
         "samples": samples,
     }
-    result = LossResult(loss=loss, stats=LazyStats(stats))
-    return _with_regularizers(result, batch, cfg, valid_BT)
+    return LossResult(loss=loss, stats=LazyStats(stats)), valid_BT
+
+
+def combine_topk_loss(batch: LossBatch, cfg: LossConfig, adv_B: Tensor) -> LossResult:
+    """Combine with the top-k teacher: w_rl·(binary RL loss) + w_opd·(top-k reverse KL).
+
+    The sampled-token teacher gap of `combine` only re-weights tokens the policy already
+    samples; the top-k KL also moves mass onto the teacher's preferred tokens that were not
+    sampled (a format the model never produces, such as a bulleted list). Each term is the
+    mean of its own method over the samples that carry its signal (absent when none does).
+    `pg_loss` is the weighted sum; the other statistics are the RL term's (the KL term's
+    when no sample has a reward); `kl` / `entropy` cover the tokens of either term.
+    """
+    valid_BT = torch.zeros_like(batch.mask_BT, dtype=torch.bool)  # (B, T)
+    parts: list[Tensor] = []
+    stats: dict[str, Tensor | float] = dict.fromkeys(STAT_KEYS, 0.0)
+    if batch.topk_teacher_logprobs_BTK is not None and bool(batch.has_teacher_B.any()):
+        topk, topk_valid_BT = _topk_core(batch)
+        parts.append(cfg.w_opd * topk.loss)
+        valid_BT = valid_BT | topk_valid_BT
+        stats |= _raw(topk.stats)
+    if bool(_rl_signal_B(batch).any()):
+        rl, rl_valid_BT = _rl_core(batch, cfg, adv_B)
+        parts.append(cfg.w_rl * rl.loss)
+        valid_BT = valid_BT | rl_valid_BT
+        stats |= _raw(rl.stats)
+    # no signal at all: a zero that still belongs to the graph
+    loss = torch.stack(parts).sum() if parts else (batch.logprobs_BT * 0.0).sum()
+    stats["pg_loss"] = loss
+    return _with_regularizers(LossResult(loss, LazyStats(stats)), batch, cfg, valid_BT)
+
+
+def _raw(stats: Mapping[str, float]) -> dict[str, Tensor | float]:
+    return stats.raw() if isinstance(stats, LazyStats) else {**stats}
 
 
 # --- dispatch table -------------------------------------------------------------------------
@@ -456,11 +498,12 @@ OBJECTIVES: dict[str, Objective] = {
     "opd": lambda batch, cfg, adv_B: opd_loss(batch, cfg),
     "combine": combine_loss,
     "topk-opd": lambda batch, cfg, adv_B: topk_opd_loss(batch, cfg),
+    "combine-topk": combine_topk_loss,
 }
 """Objective per method name (`TrainSettings.method`), all called as `fn(batch, cfg, adv_B)`."""
 
-_TEACHER_METHODS = frozenset({"opd", "combine", "topk-opd"})
-_REWARD_METHODS = frozenset({"rl", "combine"})
+_TEACHER_METHODS = frozenset({"opd", "combine", "topk-opd", "combine-topk"})
+_REWARD_METHODS = frozenset({"rl", "combine", "combine-topk"})
 
 
 def _known(method: str) -> str:

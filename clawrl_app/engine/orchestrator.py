@@ -52,7 +52,7 @@ from clawrl_app.engine.schedule import gate
 from clawrl_app.engine.storage_watch import StorageWatch
 from clawrl_app.engine.store import DeletedSession, JudgmentRow, Store, StoreError
 from clawrl_app.engine.store.faults import log_failure
-from clawrl_app.engine.trainer_config import TrainerConfig, tis_cap
+from clawrl_app.engine.trainer_config import TOPK_METHODS, TrainerConfig, tis_cap
 from clawrl_app.engine.trainer_supervisor import TrainerSupervisor
 from clawrl_app.hardware import ModelInfo, Plan, inventory, plan
 from clawrl_app.models import (
@@ -66,7 +66,7 @@ from clawrl_app.paths import AppPaths
 from clawrl_app.privacy.policy import PrivacyPolicy
 
 log = logging.getLogger("clawrl.engine")
-TOPK_OPD_K = 8  # teacher tokens kept per position for train.method = topk-opd
+TOPK_OPD_K = 8  # teacher tokens kept per position for the top-k methods
 
 
 @dataclass
@@ -217,7 +217,7 @@ class Engine:
             settings=s.judge,
             grace_s=s.review.grace_s,
             events=self._emit,
-            topk=TOPK_OPD_K if s.train.method == "topk-opd" else 0,
+            topk=TOPK_OPD_K if s.train.method in TOPK_METHODS else 0,
         )
         app = create_app(
             self.service,

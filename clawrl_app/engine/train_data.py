@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clawrl_app.engine.checkpoints import version_number
+from clawrl_app.engine.losses import needs_reward
 from clawrl_app.engine.store import JudgmentRow, SampleRow, TurnRow
 from clawrl_app.engine.temperature import logprob_temperature
+from clawrl_app.engine.trainer_config import TOPK_METHODS
 from clawrl_app.privacy.redact import NOT_TRAINABLE_REASON
 
 
@@ -71,8 +73,8 @@ def build_item(
     if teacher is not None and len(teacher) != len(turn.response_ids):
         teacher = None
     reward = float(judgment.score)
-    use_rl = method in ("rl", "combine") and reward != 0
-    topk = judgment.teacher_topk if method == "topk-opd" else None
+    use_rl = needs_reward(method) and reward != 0
+    topk = judgment.teacher_topk if method in TOPK_METHODS else None
     if topk is not None and len(topk.get("ids", [])) != len(turn.response_ids):
         topk = None
     use_opd = method in ("opd", "combine") and teacher is not None or topk is not None

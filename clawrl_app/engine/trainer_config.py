@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+TOPK_METHODS = frozenset({"topk-opd", "combine-topk"})
+"""Methods that train on the teacher's top-k distribution (the judge records it)."""
+
 
 @dataclass
 class TrainerConfig:
