@@ -60,7 +60,14 @@ class ServedOnlyScoring:
         return [-0.5] * len(response_ids)
 
 
-def checkpoint(tmp: Path, store: Store, version: str, canary_lp: float) -> Any:
+def checkpoint(
+    tmp: Path,
+    store: Store,
+    version: str,
+    canary_lp: float,
+    parent: str | None = None,
+    step: int = 1,
+) -> Any:
     d = tmp / version
     d.mkdir()
     manifest = {
@@ -76,7 +83,7 @@ def checkpoint(tmp: Path, store: Store, version: str, canary_lp: float) -> Any:
     }
     (d / MANIFEST).write_text(json.dumps(manifest))
     save_file({"w": np.zeros(4, dtype=np.float32)}, str(d / "model.safetensors"))
-    return store.register_checkpoint(version, d, None, 1, {}, [], [])
+    return store.register_checkpoint(version, d, parent, step, {}, [], [])
 
 
 def test_full_version_is_activated_then_checked(tmp_path: Path) -> None:
@@ -144,3 +151,85 @@ def test_a_refused_publish_is_logged_with_its_numbers_and_shown_by_doctor(
     assert out.returncode == 0, out.stderr
     assert "Publishing" in out.stdout and "v1 not published" in out.stdout
     assert "by 1.27 (tolerance 0.05)" in out.stdout
+
+
+class RefusingGuard:
+    """Stand-in for the regression guard (its scoring needs a model): refuses `bad`."""
+
+    def __init__(self, bad: str) -> None:
+        self.bad = bad
+        self.last_error: str | None = None
+
+    async def check(self, name: str, served: str, step: int) -> Any:
+        from clawrl_app.engine.guard import GuardVerdict, VersionScores
+
+        ok = name != self.bad
+        return GuardVerdict(
+            VersionScores(name, general=0.7 if ok else 0.3, general_n=40),
+            VersionScores(served, general=0.6, general_n=40),
+            ok,
+            [] if ok else ["general score 0.30 < 0.60"],
+        )
+
+    def due(self) -> bool:
+        return True
+
+    def status(self) -> dict[str, Any]:
+        return {"enabled": True}
+
+
+def lineage(tmp: Path, store: Store, version: str, parent: str | None, step: int) -> Any:
+    return checkpoint(tmp, store, version, -0.5, parent, step)
+
+
+def test_checkpoints_built_on_a_guard_refused_version_are_never_published(
+    tmp_path: Path,
+) -> None:
+    """v2 is refused by the guard while the old trainer had already made v3 on top of it;
+    the trainer goes back to v1 and makes v4 from there. v3 (a descendant of v1 too, and of
+    a higher step than v4) must be refused, so the publisher serves v4 next, and nothing of
+    the trainer's new branch is left behind (seen in bench/learn.py: v5 of a refused branch
+    was published, then every new checkpoint stayed `ready` forever)."""
+    with Store(tmp_path / "s.sqlite3") as store:
+        be = ServedOnlyScoring()
+        restarts: list[str] = []
+
+        async def trainer_restarts(served: str) -> None:
+            restarts.append(served)
+
+        pub = Publisher(
+            store,
+            be,  # type: ignore[arg-type]
+            guard=RefusingGuard("v2"),  # type: ignore[arg-type]
+            on_guard_refused=trainer_restarts,
+        )
+
+        async def go() -> Any:
+            assert await pub.publish(lineage(tmp_path, store, "v1", None, 1))
+            v2 = lineage(tmp_path, store, "v2", "v1", 2)
+            lineage(tmp_path, store, "v3", "v2", 3)  # the old branch, before the restart
+            assert not await pub.publish(v2)
+            lineage(tmp_path, store, "v4", "v1", 2)  # the restarted trainer's first
+            nxt = pub.newest_ready()
+            assert nxt is not None
+            return nxt.version, await pub.publish(nxt)
+
+        assert asyncio.run(go()) == ("v4", True)
+        assert restarts == ["v1"]
+        status = {r.version: r.status for r in store.list_checkpoints()}
+        assert status == {"v1": "published", "v2": "refused", "v3": "refused", "v4": "published"}
+        assert be.active == "v4"
+
+
+def test_descendants_follow_parents_and_survive_cycles() -> None:
+    from clawrl_app.engine.publisher import descendants
+
+    class Row:
+        def __init__(self, version: str, parent: str | None) -> None:
+            self.version, self.parent = version, parent
+
+    rows = [Row("v1", None), Row("v2", "v1"), Row("v3", "v2"), Row("v4", "v1"),
+            Row("x", "y"), Row("y", "x")]  # fmt: skip
+    assert descendants(rows, "v2") == {"v3"}  # type: ignore[arg-type]
+    assert descendants(rows, "v1") == {"v2", "v3", "v4"}  # type: ignore[arg-type]
+    assert descendants(rows, "v3") == set()  # type: ignore[arg-type]

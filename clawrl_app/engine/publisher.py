@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,22 @@ def canary_gap(expected: list[float], served: list[float]) -> float:
     if len(expected) != len(served):
         return float("inf")
     return max((abs(a - b) for a, b in zip(expected, served, strict=True)), default=0.0)
+
+
+def descendants(rows: Sequence[CheckpointRow], ancestor: str) -> set[str]:
+    """Versions whose chain of parents passes through `ancestor` (not `ancestor` itself)."""
+    parent = {r.version: r.parent for r in rows}
+    out: set[str] = set()
+    for version in parent:
+        seen = {version}
+        up = parent[version]
+        while up is not None and up not in seen:
+            if up == ancestor:
+                out.add(version)
+                break
+            seen.add(up)
+            up = parent.get(up)
+    return out
 
 
 class Publisher:
@@ -158,7 +175,8 @@ class Publisher:
                         f"{previous}: {'; '.join(verdict.reasons)}",
                     )
                     if self.on_guard_refused is not None:
-                        await self.on_guard_refused(previous)
+                        await self.on_guard_refused(previous)  # the trainer restarts
+                    self._refuse_built_on(name)
                     return False
             if not activated:
                 await self.backend.activate(name)
@@ -219,6 +237,23 @@ class Publisher:
         tolerance = self.tolerance if gap is not None else None
         self.events(PublishRefused(name, reason, gap, tolerance))
         self.events(LoopFailed("publishing", reason))
+
+    def _refuse_built_on(self, refused: str) -> list[str]:
+        """Refuse every ready checkpoint trained on top of `refused` (the trainer made them
+        before it went back to the served version). They also descend from the served
+        version, so without this the next pass would publish the newest of them: the
+        refused regression plus more steps, while the trainer's new checkpoints (not its
+        descendants) could then never be published."""
+        rows = self.store.list_checkpoints()
+        doomed = descendants(rows, refused)
+        for row in rows:
+            if row.version in doomed and row.status == "ready":
+                self._refuse(
+                    row.version,
+                    f"{row.version} not published: it was trained on top of {refused}, "
+                    "which the regression guard refused",
+                )
+        return sorted(doomed)
 
     async def _release(self, name: str, previous: str, activated: bool, loaded: bool) -> None:
         try:
