@@ -464,26 +464,22 @@ def combine_topk_loss(batch: LossBatch, cfg: LossConfig, adv_B: Tensor) -> LossR
     The sampled-token teacher gap of `combine` only re-weights tokens the policy already
     samples; the top-k KL also moves mass onto the teacher's preferred tokens that were not
     sampled (a format the model never produces, such as a bulleted list). Each term is the
-    mean of its own method over the samples that carry its signal (absent when none does).
-    `pg_loss` is the weighted sum; the other statistics are the RL term's (the KL term's
-    when no sample has a reward); `kl` / `entropy` cover the tokens of either term.
+    mean of its own method over the samples that carry its signal (0 when none does: no
+    host read decides it). `pg_loss` is the weighted sum, `tokens` / `samples` count either
+    signal, the other statistics are the RL term's.
     """
-    valid_BT = torch.zeros_like(batch.mask_BT, dtype=torch.bool)  # (B, T)
-    parts: list[Tensor] = []
-    stats: dict[str, Tensor | float] = dict.fromkeys(STAT_KEYS, 0.0)
-    if batch.topk_teacher_logprobs_BTK is not None and bool(batch.has_teacher_B.any()):
+    rl, valid_BT = _rl_core(batch, cfg, adv_B)
+    loss = cfg.w_rl * rl.loss
+    stats = _raw(rl.stats)
+    if batch.topk_teacher_logprobs_BTK is not None:
         topk, topk_valid_BT = _topk_core(batch)
-        parts.append(cfg.w_opd * topk.loss)
-        valid_BT = valid_BT | topk_valid_BT
-        stats |= _raw(topk.stats)
-    if bool(_rl_signal_B(batch).any()):
-        rl, rl_valid_BT = _rl_core(batch, cfg, adv_B)
-        parts.append(cfg.w_rl * rl.loss)
-        valid_BT = valid_BT | rl_valid_BT
-        stats |= _raw(rl.stats)
-    # no signal at all: a zero that still belongs to the graph
-    loss = torch.stack(parts).sum() if parts else (batch.logprobs_BT * 0.0).sum()
-    stats["pg_loss"] = loss
+        loss = loss + cfg.w_opd * topk.loss
+        valid_BT = valid_BT | topk_valid_BT  # (B, T)
+    stats |= {
+        "pg_loss": loss,
+        "tokens": valid_BT.sum(),
+        "samples": valid_BT.any(dim=-1).sum(),
+    }
     return _with_regularizers(LossResult(loss, LazyStats(stats)), batch, cfg, valid_BT)
 
 
