@@ -233,3 +233,33 @@ def test_descendants_follow_parents_and_survive_cycles() -> None:
     assert descendants(rows, "v2") == {"v3"}  # type: ignore[arg-type]
     assert descendants(rows, "v1") == {"v2", "v3", "v4"}  # type: ignore[arg-type]
     assert descendants(rows, "v3") == set()  # type: ignore[arg-type]
+
+
+def test_a_rollback_is_not_undone_by_checkpoints_the_old_trainer_left_ready(
+    tmp_path: Path,
+) -> None:
+    """Served v2, v3 ready (not yet published); the user rolls back to v1 and the old
+    trainer registers v4 on top of v3 while it stops. Both descend from v1, so before the
+    fix the next pass published v3 right after the rollback. Now they are refused and the
+    restarted trainer's first checkpoint (v5, from v1) is what gets published next."""
+    with Store(tmp_path / "s.sqlite3") as store:
+        be = ServedOnlyScoring()
+        pub = Publisher(store, be)  # type: ignore[arg-type]
+
+        async def old_trainer_stops() -> None:
+            lineage(tmp_path, store, "v4", "v3", 4)  # its last step lands during the stop
+
+        async def go() -> Any:
+            assert await pub.publish(lineage(tmp_path, store, "v1", None, 1))
+            assert await pub.publish(lineage(tmp_path, store, "v2", "v1", 2))
+            lineage(tmp_path, store, "v3", "v2", 3)
+            assert await pub.roll_back_to("v1", old_trainer_stops) == "v2"
+            assert pub.newest_ready() is None  # nothing of the abandoned branch
+            lineage(tmp_path, store, "v5", "v1", 2)  # the restarted trainer's first
+            nxt = pub.newest_ready()
+            return nxt.version if nxt else None
+
+        assert asyncio.run(go()) == "v5"
+        status = {r.version: r.status for r in store.list_checkpoints()}
+        assert (status["v3"], status["v4"], status["v5"]) == ("refused", "refused", "ready")
+        assert be.active == "v1"

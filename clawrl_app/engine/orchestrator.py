@@ -248,7 +248,7 @@ class Engine:
                 if s.guard.enabled
                 else None
             ),
-            on_guard_refused=self._guard_refused,
+            on_guard_refused=self._restart_trainer_from,
         )
         restored = await self.publisher.restore_served()
         if restored is not None:
@@ -480,10 +480,9 @@ class Engine:
         assert self.store is not None and self.publisher is not None and self.backend is not None
         rows = self.store.list_checkpoints()
         target = choose_target(rows, self.backend.active_version, version, before_session)
-        previous = await self.publisher.serve_version(target)
-        if self.trainer is not None:
-            await self.trainer.stop()
-            await self.trainer.start(resume_from="none" if target == "base" else target)
+        previous = await self.publisher.roll_back_to(
+            target, lambda: self._restart_trainer_from(target)
+        )
         reason = (
             f"before session {before_session}"
             if before_session
@@ -492,9 +491,9 @@ class Engine:
         self._emit(RolledBack(previous, target, reason))
         return {"object": "rollback", "from": previous, "to": target, "reason": reason}
 
-    async def _guard_refused(self, served: str) -> None:
-        """The guard refused a candidate: the trainer goes back to the served version (as
-        after a rollback), so the next checkpoints do not build on the regression."""
+    async def _restart_trainer_from(self, served: str) -> None:
+        """After a rollback, or when the guard refused a candidate: the trainer goes back to
+        the served version, so the next checkpoints do not build on what was left."""
         if self.trainer is not None:
             await self.trainer.stop()
             await self.trainer.start(resume_from="none" if served == "base" else served)

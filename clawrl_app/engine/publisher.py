@@ -71,6 +71,28 @@ def descendants(rows: Sequence[CheckpointRow], ancestor: str) -> set[str]:
     return out
 
 
+def left_behind(rows: Sequence[CheckpointRow], target: str, since: float) -> set[str]:
+    """Ready versions on a branch the trainer left when it restarted from `target` at time
+    `since`: they descend from `target` through a checkpoint made before `since`. The
+    restarted trainer's own checkpoints descend from `target` through new ones only."""
+    by_version = {r.version: r for r in rows}
+    out: set[str] = set()
+    for row in rows:
+        if row.status != "ready":
+            continue
+        node: CheckpointRow | None = row
+        old, seen = False, set()
+        while node is not None and node.version not in seen:
+            seen.add(node.version)
+            old = old or node.created < since
+            if node.parent == target or (target == BASE and node.parent is None):
+                if old:
+                    out.add(row.version)
+                break
+            node = by_version.get(node.parent) if node.parent else None
+    return out
+
+
 class Publisher:
     """Watches the store for ready checkpoints and serves the newest one."""
 
@@ -105,6 +127,7 @@ class Publisher:
         """Called with the served version after the guard refused a candidate."""
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
+        self._paused = 0  # > 0: `run` publishes nothing (a rollback is under way)
 
     def poke(self) -> None:
         self._wake.set()
@@ -332,6 +355,24 @@ class Publisher:
             write_served(self.state_file, ServedState(version, rolled_back=True))
         return previous
 
+    async def roll_back_to(
+        self, version: str, restart_trainer: Callable[[], Awaitable[None]]
+    ) -> str:
+        """Serve `version` (rollback or roll-forward), restart the trainer from it, and
+        refuse every checkpoint the old trainer left ready on top of it: they descend from
+        `version` too, so the next pass would otherwise publish one and undo the user's
+        choice. Nothing is published meanwhile. Returns the version served before."""
+        self._paused += 1
+        try:
+            since = time.time()
+            previous = await self.serve_version(version)
+            await restart_trainer()
+            for name in sorted(left_behind(self.store.list_checkpoints(), version, since)):
+                self._refuse(name, f"{name} not published: the user went back to {version}")
+        finally:
+            self._paused -= 1
+        return previous
+
     async def run(self) -> None:
         while True:
             try:
@@ -340,7 +381,7 @@ class Publisher:
                 log_failure(log, "reading checkpoints failed", exc)
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 row = None
-            if row is not None:
+            if row is not None and not self._paused:
                 try:
                     await self.publish(row)
                     continue
