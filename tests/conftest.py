@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from clawrl_app.engine.store import Store
 from clawrl_app.models import ResolvedModel, load_model, resolve_model
 from clawrl_app.paths import app_paths
 
@@ -15,6 +17,19 @@ from clawrl_app.paths import app_paths
 # --- embedded model fixtures (clawrl_app.models) -------------------------------------------
 # Converted once per session; with CLAWRL_TEST_CACHE=<dir> the conversion is reused across
 # runs (once per machine). Treat the loaded model as read-only: tests that train copy it.
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    """Where a test's store file goes (its folder does not exist yet)."""
+    return tmp_path / "data" / "clawrl.sqlite3"
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[Store]:
+    """A real SQLite store at `db_path`, closed afterwards (modules may define their own)."""
+    with Store(db_path) as s:
+        yield s
+
+
 @pytest.fixture(scope="session")
 def embedded_model(tmp_path_factory: pytest.TempPathFactory) -> ResolvedModel:
     """The embedded SmolLM2-135M-Instruct, converted to safetensors in a session cache."""

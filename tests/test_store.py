@@ -10,7 +10,6 @@ import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,17 +25,6 @@ from clawrl_app.engine.store import (
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD = Path(__file__).with_name("store_writer_child.py")
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "data" / "clawrl.sqlite3"
-
-
-@pytest.fixture
-def store(db_path: Path) -> Iterator[Store]:
-    with Store(db_path) as s:
-        yield s
 
 
 def mode_of(path: Path) -> int:

@@ -7,24 +7,12 @@ import dataclasses
 import math
 import sqlite3
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from clawrl_app.engine.store import NewTurn, Store, StoreError
 from tests.test_store import new_turn
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "data" / "clawrl.sqlite3"
-
-
-@pytest.fixture
-def store(db_path: Path) -> Iterator[Store]:
-    with Store(db_path) as s:
-        yield s
 
 
 def test_record_turn_round_trips_tokens_and_logprobs_exactly(store: Store) -> None:

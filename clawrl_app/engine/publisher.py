@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +33,9 @@ from clawrl_app.engine.rollback import (
     BASE,
     RollbackError,
     ServedState,
+    descendants,
+    descends_from,
+    left_behind,
     read_served,
     write_served,
 )
@@ -53,44 +55,6 @@ def canary_gap(expected: list[float], served: list[float]) -> float:
     if len(expected) != len(served):
         return float("inf")
     return max((abs(a - b) for a, b in zip(expected, served, strict=True)), default=0.0)
-
-
-def descendants(rows: Sequence[CheckpointRow], ancestor: str) -> set[str]:
-    """Versions whose chain of parents passes through `ancestor` (not `ancestor` itself)."""
-    parent = {r.version: r.parent for r in rows}
-    out: set[str] = set()
-    for version in parent:
-        seen = {version}
-        up = parent[version]
-        while up is not None and up not in seen:
-            if up == ancestor:
-                out.add(version)
-                break
-            seen.add(up)
-            up = parent.get(up)
-    return out
-
-
-def left_behind(rows: Sequence[CheckpointRow], target: str, since: float) -> set[str]:
-    """Ready versions on a branch the trainer left when it restarted from `target` at time
-    `since`: they descend from `target` through a checkpoint made before `since`. The
-    restarted trainer's own checkpoints descend from `target` through new ones only."""
-    by_version = {r.version: r for r in rows}
-    out: set[str] = set()
-    for row in rows:
-        if row.status != "ready":
-            continue
-        node: CheckpointRow | None = row
-        old, seen = False, set()
-        while node is not None and node.version not in seen:
-            seen.add(node.version)
-            old = old or node.created < since
-            if node.parent == target or (target == BASE and node.parent is None):
-                if old:
-                    out.add(row.version)
-                break
-            node = by_version.get(node.parent) if node.parent else None
-    return out
 
 
 class Publisher:
@@ -261,7 +225,7 @@ class Publisher:
         self.events(PublishRefused(name, reason, gap, tolerance))
         self.events(LoopFailed("publishing", reason))
 
-    def _refuse_built_on(self, refused: str) -> list[str]:
+    def _refuse_built_on(self, refused: str) -> None:
         """Refuse every ready checkpoint trained on top of `refused` (the trainer made them
         before it went back to the served version). They also descend from the served
         version, so without this the next pass would publish the newest of them: the
@@ -276,7 +240,6 @@ class Publisher:
                     f"{row.version} not published: it was trained on top of {refused}, "
                     "which the regression guard refused",
                 )
-        return sorted(doomed)
 
     async def _release(self, name: str, previous: str, activated: bool, loaded: bool) -> None:
         try:
@@ -306,16 +269,9 @@ class Publisher:
         rollback, checkpoints of the abandoned branch are never published by themselves)."""
         rows = self.store.list_checkpoints()
         by_version = {r.version: r for r in rows}
-
-        def descends(row: CheckpointRow) -> bool:
-            parent = row.parent
-            while parent is not None:
-                if parent == self.served:
-                    return True
-                parent = by_version[parent].parent if parent in by_version else None
-            return self.served == BASE
-
-        ready = [r for r in rows if r.status == "ready" and descends(r)]
+        ready = [
+            r for r in rows if r.status == "ready" and descends_from(by_version, r, self.served)
+        ]
         return max(ready, key=lambda r: (r.step, r.created)) if ready else None
 
     async def restore_served(self) -> ServedState | None:

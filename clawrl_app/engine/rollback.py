@@ -7,7 +7,7 @@ session S" means the newest checkpoint whose whole lineage never consumed S (or 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +36,47 @@ def lineage_sessions(rows: Sequence[CheckpointRow]) -> dict[str, set[str]]:
         return memo[version]
 
     return {r.version: consumed(r.version) for r in rows}
+
+
+def chain(by_version: Mapping[str, CheckpointRow], version: str) -> Iterator[CheckpointRow]:
+    """`version`'s row, then its parent's, and so on up to the root (stops at a parent
+    that is not in `by_version`, and at a cycle)."""
+    seen: set[str] = set()
+    row = by_version.get(version)
+    while row is not None and row.version not in seen:
+        seen.add(row.version)
+        yield row
+        row = by_version.get(row.parent) if row.parent is not None else None
+
+
+def descends_from(by_version: Mapping[str, CheckpointRow], row: CheckpointRow, root: str) -> bool:
+    """Whether `root` is an ancestor of `row` (every checkpoint descends from `base`)."""
+    return root == BASE or any(r.parent == root for r in chain(by_version, row.version))
+
+
+def descendants(rows: Sequence[CheckpointRow], ancestor: str) -> set[str]:
+    """Versions whose chain of parents passes through `ancestor` (not `ancestor` itself)."""
+    by_version = {r.version: r for r in rows}
+    return {
+        r.version for r in rows if any(a.parent == ancestor for a in chain(by_version, r.version))
+    }
+
+
+def left_behind(rows: Sequence[CheckpointRow], target: str, since: float) -> set[str]:
+    """Ready versions on a branch the trainer left when it restarted from `target` at time
+    `since`: they descend from `target` through a checkpoint made before `since`. The
+    restarted trainer's own checkpoints descend from `target` through new ones only."""
+    by_version = {r.version: r for r in rows}
+    out: set[str] = set()
+    for row in (r for r in rows if r.status == "ready"):
+        old = False
+        for node in chain(by_version, row.version):
+            old = old or node.created < since
+            if node.parent == target or (target == BASE and node.parent is None):
+                if old:
+                    out.add(row.version)
+                break
+    return out
 
 
 def choose_target(

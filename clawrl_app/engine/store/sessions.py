@@ -12,6 +12,11 @@ UPSERT_SESSION = (
 )
 """Create a session, or bump the `last_seen` of an existing one: (id, source, now, now)."""
 
+CLOSE_SESSION = (
+    "UPDATE sessions SET closed_at = ?, close_reason = ? WHERE id = ? AND closed_at IS NULL"
+)
+"""Close an open session: (now, reason, id)."""
+
 
 class SessionsMixin(StoreBase):
     """Creating, listing, reviewing and closing sessions (deleting: `PrivacyMixin`)."""
@@ -41,11 +46,7 @@ class SessionsMixin(StoreBase):
 
     def close_session(self, session_id: str, reason: str, now: float | None = None) -> bool:
         """Close an open session (idle, done, ...); False if unknown or already closed."""
-        return self._update(
-            "UPDATE sessions SET closed_at = ?, close_reason = ? "
-            "WHERE id = ? AND closed_at IS NULL",
-            (_now(now), reason, session_id),
-        )
+        return self._update(CLOSE_SESSION, (_now(now), reason, session_id))
 
     def idle_sessions(self, last_seen_before: float) -> list[SessionRow]:
         """Open sessions last seen before the given time, oldest first."""

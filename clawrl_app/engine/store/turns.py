@@ -18,7 +18,7 @@ from clawrl_app.engine.store.rows import (
     _pack,
 )
 from clawrl_app.engine.store.schema import ENV_SOURCE_PREFIX, TURN_TYPES
-from clawrl_app.engine.store.sessions import UPSERT_SESSION
+from clawrl_app.engine.store.sessions import CLOSE_SESSION, UPSERT_SESSION
 
 
 class TurnsMixin(StoreBase):
@@ -51,14 +51,9 @@ class TurnsMixin(StoreBase):
         with self._tx() as cur:
             cur.execute(UPSERT_SESSION, (turn.session_id, source, t, t))
             turn_id = self._insert_turn(cur, turn, t)
-            if any(n > 0 for n in turn.redactions.values()):
-                count_redactions(cur, turn.redactions, t)
+            count_redactions(cur, turn.redactions, t)
             if done:
-                cur.execute(
-                    "UPDATE sessions SET closed_at = ?, close_reason = 'done' "
-                    "WHERE id = ? AND closed_at IS NULL",
-                    (t, turn.session_id),
-                )
+                cur.execute(CLOSE_SESSION, (t, "done", turn.session_id))
         return turn_id
 
     @staticmethod
