@@ -16,6 +16,11 @@ GOAL_TURNS = 32
 GOAL_PERSONAS = 3
 
 
+def _or_default(value: float | None) -> str:
+    """A command-line override as written, or "app default" where none was given."""
+    return "app default" if value is None else f"{value:g}"
+
+
 def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
@@ -207,7 +212,8 @@ def report(
         f"Command: `{cmd}`",
         "",
         f"Model {model}, method {runs[0]['method']}, turns {args.turns}, block {args.block}, "
-        f"batch {args.batch_size}, lr {args.lr or 'app default'}, LoRA rank "
+        f"batch {args.batch_size}, lr {args.lr or 'app default'}, "
+        f"w_rl {_or_default(args.w_rl)}, w_opd {_or_default(args.w_opd)}, LoRA rank "
         f"{args.lora_rank or 'app default'}, seed {args.seed}. Personas: {desc}. General set: "
         f"{runs[0]['general_before']['total']} questions scored by code."
         + (f" Note: {args.note}" if args.note else ""),

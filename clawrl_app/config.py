@@ -162,6 +162,10 @@ class TrainSettings(_Section):
     method: Literal["rl", "opd", "combine", "topk-opd", "combine-topk"] = "combine"
     """Objective: binary RL, on-policy distillation, their combination, top-k OPD, or
     binary RL + top-k OPD (combine-topk: also teaches tokens the model never samples)."""
+    w_rl: float = Field(default=1.0, ge=0.0)
+    """Weight of the reward term (binary RL) in combine and combine-topk (upstream 1)."""
+    w_opd: float = Field(default=1.0, ge=0.0)
+    """Weight of the teacher term (OPD, or the top-k KL of combine-topk) in the same."""
     mode: Literal["auto", "lora", "qlora", "full"] = "auto"
     """LoRA, 4-bit base + LoRA (CUDA only), or full fine-tuning; auto follows the plan."""
     batch_size: int | None = None

@@ -510,3 +510,9 @@ def test_tis_keeps_learning_where_a_kernel_gap_would_clip_ppo() -> None:
 def test_tis_cap_must_be_off_or_at_least_one() -> None:
     with pytest.raises(ValueError, match="tis_cap"):
         LossConfig(tis_cap=0.5)
+
+
+@pytest.mark.parametrize("name", ["w_rl", "w_opd"])
+def test_combine_weights_must_not_be_negative(name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        LossConfig(**{name: -0.5})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import shutil
 import signal
@@ -77,6 +78,7 @@ def training_engine(
         "CLAWRL_TRAIN__BATCH_SIZE": "2",
         "CLAWRL_TRAIN__YIELD_TO_SERVING_S": "2",
         "CLAWRL_REVIEW__GRACE_S": "0",
+        "CLAWRL_TRAIN__W_OPD": "1.5",  # the combine weights reach the trainer's loss
     }
     running = start_engine(tmp_path_factory.mktemp("train-home"), env, training_events.append)
     yield running
@@ -154,6 +156,8 @@ def test_trainer_process_steps_publishes_and_serves_the_new_version(training_eng
     assert r.model == "clawrl-v2"
     assert store.turns_for_session("after-publish")[0].policy_version == "v2"
     assert store.get_checkpoint("v2").status == "published"
+    written = json.loads(eng.trainer.config_file.read_text())
+    assert (written["w_opd"], written["w_rl"], written["method"]) == (1.5, 1.0, "combine")
 
 
 def test_steps_pause_for_serving_within_their_budget_and_report_events(

@@ -110,7 +110,8 @@ class LossConfig:
 
     def __post_init__(self) -> None:
         """Reject settings that would make the clip range or the penalties meaningless."""
-        for name in ("eps_low", "eps_high", "opd_eps", "kl_coef", "entropy_coef", "tis_cap"):
+        nonneg = ("eps_low", "eps_high", "opd_eps", "kl_coef", "entropy_coef", "tis_cap")
+        for name in (*nonneg, "w_rl", "w_opd"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if 0 < self.tis_cap < 1:

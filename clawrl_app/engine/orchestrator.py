@@ -339,6 +339,8 @@ class Engine:
             token_budget=t.token_budget,
             max_staleness=t.max_staleness,
             baseline=t.baseline,
+            w_rl=t.w_rl,
+            w_opd=t.w_opd,
             tis_cap=tis_cap(t.behaviour_correction, t.tis_cap, self.plan.backend),
             approved_only=self.settings.review.mode == "manual",
             device="cuda" if self.plan.train_devices else "cpu",

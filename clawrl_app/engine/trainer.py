@@ -149,7 +149,7 @@ class Trainer:
             self._load_state(parent_dir)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.device = self.accelerator.device
-        self.loss_cfg = LossConfig(tis_cap=cfg.tis_cap)
+        self.loss_cfg = LossConfig(tis_cap=cfg.tis_cap, w_rl=cfg.w_rl, w_opd=cfg.w_opd)
         self.objective = self._objective()
         self.pause_budget = PauseBudget(cfg.yield_max_s)
         self._owner_checked = 0.0

@@ -26,6 +26,9 @@ class TrainerConfig:
     token_budget: int = 4096
     max_staleness: int = 8
     baseline: str = "ema"
+    w_rl: float = 1.0
+    w_opd: float = 1.0
+    """Weights of the reward and teacher terms (combine, combine-topk; LossConfig)."""
     tis_cap: float = 0.0
     """> 0: truncated importance sampling against the served log-probs (losses.tis_weights)."""
     approved_only: bool = False

@@ -184,3 +184,18 @@ def test_a_sandbox_that_cannot_start_the_command_is_an_infrastructure_error(
     with pytest.raises(SandboxError, match="could not run"):
         sandbox.run(["/no/such/program"], workspace=tmp_path)
     assert sandbox.run(["/bin/sh", "-c", "exit 1"], workspace=tmp_path).exit_code == 1
+
+
+def test_the_sandbox_removes_its_private_etc_when_dropped() -> None:
+    """One sandbox per environment reset: each wrote an /etc folder that was never removed
+    (thousands piled up in the temp folder). No bwrap run is needed to see it."""
+    import gc
+
+    from clawrl_app.envs.sandbox.bwrap import BubblewrapSandbox
+
+    sb = BubblewrapSandbox(bwrap="/bin/true")
+    etc = sb._etc
+    assert (etc / "passwd").is_file()
+    del sb
+    gc.collect()
+    assert not etc.exists()

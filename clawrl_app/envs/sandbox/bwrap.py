@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import tempfile
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -58,6 +59,8 @@ class BubblewrapSandbox:
             raise FileNotFoundError("bwrap")
         self.bwrap = found
         self._etc = Path(tempfile.mkdtemp(prefix="clawrl-etc-"))
+        # removed with the sandbox (or at exit): one per environment reset would pile up
+        weakref.finalize(self, shutil.rmtree, self._etc, ignore_errors=True)
         for name, text in ETC_FILES.items():
             (self._etc / name).write_text(text)
         self.as_root = os.geteuid() == 0
