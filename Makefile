@@ -66,8 +66,11 @@ system-deps:
 run: $(VENV)/.installed system-deps
 	$(BIN)/clawrl-app launch
 
+# Two workers (pytest-xdist), each test file on one of them: module fixtures (a real engine,
+# a browser) start once per file. TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed system-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 check: $(VENV)/.installed system-deps
 	$(BIN)/ruff format --check clawrl_app tests bench

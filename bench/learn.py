@@ -240,6 +240,8 @@ def _engine_env(args: argparse.Namespace, model_dir: Path) -> dict[str, str]:
         env["CLAWRL_TRAIN__METHOD"] = args.method
     if args.lr is not None:
         env["CLAWRL_TRAIN__LR"] = str(args.lr)
+    if args.updates is not None:
+        env["CLAWRL_TRAIN__UPDATES_PER_BATCH"] = str(args.updates)
     for name in ("w_rl", "w_opd"):
         if getattr(args, name) is not None:
             env[f"CLAWRL_TRAIN__{name.upper()}"] = str(getattr(args, name))
@@ -402,6 +404,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--lr", type=float, default=None, help="learning rate (default: the app's)")
     ap.add_argument("--w-rl", type=float, default=None, help="reward-term weight (combine*)")
     ap.add_argument("--w-opd", type=float, default=None, help="teacher-term weight (combine*)")
+    ap.add_argument("--updates", type=int, default=None, help="optimizer updates per batch")
     ap.add_argument("--batch-size", type=int, default=4, help="samples per optimizer step")
     ap.add_argument("--lora-rank", type=int, default=None, help="default: the app's")
     ap.add_argument("--max-tokens", type=int, default=0, help="answer budget (0 = persona's)")

@@ -213,7 +213,8 @@ def report(
         "",
         f"Model {model}, method {runs[0]['method']}, turns {args.turns}, block {args.block}, "
         f"batch {args.batch_size}, lr {args.lr or 'app default'}, "
-        f"w_rl {_or_default(args.w_rl)}, w_opd {_or_default(args.w_opd)}, LoRA rank "
+        f"w_rl {_or_default(args.w_rl)}, w_opd {_or_default(args.w_opd)}, updates per batch "
+        f"{_or_default(args.updates)}, LoRA rank "
         f"{args.lora_rank or 'app default'}, seed {args.seed}. Personas: {desc}. General set: "
         f"{runs[0]['general_before']['total']} questions scored by code."
         + (f" Note: {args.note}" if args.note else ""),

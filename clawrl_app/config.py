@@ -173,6 +173,10 @@ class TrainSettings(_Section):
     lr: float | None = None
     """AdamW learning rate; empty = 1e-5 for full, 1e-4 for LoRA on GPUs, 5e-4 for LoRA on
     the CPU (few small steps; measured by bench/learn.py)."""
+    updates_per_batch: int = Field(default=1, ge=1, le=16)
+    """Optimizer updates per batch of samples (PPO epochs): more learning from each piece
+    of feedback, bounded by the clip for the reward term; each checkpoint still holds one
+    batch (default 1, as upstream)."""
     lora_rank: int = 16
     """LoRA rank r."""
     lora_alpha: int = 32

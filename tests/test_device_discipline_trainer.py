@@ -107,3 +107,24 @@ def test_trainer_step_and_canary_create_every_tensor_on_the_model_device(
         len(c["logprobs"]) == len(c["response_ids"]) and all(lp < 0 for lp in c["logprobs"])
         for c in canary
     )
+
+
+def test_updates_per_batch_take_that_many_optimizer_updates_and_one_checkpoint_step(
+    embedded_model: Any, tmp_path: Path
+) -> None:
+    """`train.updates_per_batch = 3`: three AdamW updates on the same batch, one trainer
+    step (one checkpoint), and the metrics say so."""
+    cfg = TrainerConfig(
+        store_path=str(tmp_path / "store.sqlite3"),
+        checkpoints_dir=str(tmp_path / "ckpt"),
+        model_path=str(embedded_model.path),
+        method="combine",
+        batch_size=len(TURNS),
+        resume_from="none",
+        updates_per_batch=3,
+    )
+    trainer = Trainer(cfg)
+    metrics = trainer.train_step(make_items(trainer.tokenizer, "combine"))
+    adam_steps = {int(s["step"]) for s in trainer.optimizer.state_dict()["state"].values()}
+    assert adam_steps == {3} and trainer.step == 1 and metrics["optim/updates"] == 3.0
+    assert math.isfinite(metrics["loss"])

@@ -333,6 +333,7 @@ class Engine:
             mode=mode,
             batch_size=t.batch_size or self.plan.default_batch_size,
             lr=t.lr or self.plan.default_lr,
+            updates_per_batch=t.updates_per_batch,
             lora_rank=t.lora_rank,
             lora_alpha=t.lora_alpha,
             weight_decay=0.1 if mode == "full" else 0.0,

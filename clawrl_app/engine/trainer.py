@@ -261,7 +261,9 @@ class Trainer:
 
     # -- one step ----------------------------------------------------------------------
     def train_step(self, items: list[TrainItem]) -> dict[str, float]:
-        """Forward/backward over micro-batches, clip, AdamW step; returns the step metrics."""
+        """`updates_per_batch` optimizer updates on one batch (the ratio to the behaviour
+        log-probs, and so the PPO clip, takes effect from the second); returns the metrics
+        of the last update and the step's totals."""
         t0 = time.monotonic()
         self.pause_budget.reset()
         print(json.dumps({"event": "step_started", "step": self.step + 1}), flush=True)
@@ -270,6 +272,41 @@ class Trainer:
             if any(it.has_reward for it in items)
             else self.baseline
         )
+        parts, grad_norm = self._update(items)
+        for _ in range(self.cfg.updates_per_batch - 1):  # more PPO-style passes, same batch
+            parts, grad_norm = self._update(items)
+        self.step += 1
+        totals = weighted_totals(parts)  # the step's one read-back (with grad_norm below)
+        rewards = [it.reward for it in items]
+        metrics = {
+            "loss": totals.get("loss", 0.0),
+            "pg_loss": totals.get("pg_loss", 0.0),
+            "clip_frac": totals.get("clip_frac", 0.0),
+            "ratio_mean": totals.get("ratio_mean", 1.0),
+            "kl": totals.get("kl", 0.0),
+            "entropy": totals.get("entropy", 0.0),
+            "reward/mean": sum(rewards) / len(rewards),
+            "adv/mean": totals.get("adv_mean", 0.0),
+            "adv/std": totals.get("adv_std", 0.0),
+            "samples/rl": float(sum(it.has_reward and it.teacher_logprobs is None for it in items)),
+            "samples/opd": float(
+                sum(not it.has_reward and it.teacher_logprobs is not None for it in items)
+            ),
+            "samples/both": float(
+                sum(it.has_reward and it.teacher_logprobs is not None for it in items)
+            ),
+            "tokens": float(sum(len(it.response_ids) for it in items)),
+            "optim/grad_norm": float(grad_norm),
+            "optim/lr": self.cfg.lr,
+            "optim/updates": float(self.cfg.updates_per_batch),
+            "time/step_s": time.monotonic() - t0,
+            "time/paused_s": self.pause_budget.paused_s,
+        }
+        return {k: v for k, v in metrics.items() if math.isfinite(v)}
+
+    def _update(self, items: list[TrainItem]) -> tuple[list[Any], torch.Tensor]:
+        """One optimizer update over the batch: forward/backward per micro-batch, clip, AdamW
+        step. Returns each micro-batch's (share, loss, stats) and the gradient norm."""
         self.optimizer.zero_grad(set_to_none=True)
         # Losses and statistics stay on the device until the optimizer step is queued: a
         # read-back inside the loop would make the host wait for the GPU before each backward.
@@ -296,33 +333,7 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
         self.optimizer.step()
-        self.step += 1
-        totals = weighted_totals(parts)  # the step's one read-back (with grad_norm below)
-        rewards = [it.reward for it in items]
-        metrics = {
-            "loss": totals.get("loss", 0.0),
-            "pg_loss": totals.get("pg_loss", 0.0),
-            "clip_frac": totals.get("clip_frac", 0.0),
-            "ratio_mean": totals.get("ratio_mean", 1.0),
-            "kl": totals.get("kl", 0.0),
-            "entropy": totals.get("entropy", 0.0),
-            "reward/mean": sum(rewards) / len(rewards),
-            "adv/mean": totals.get("adv_mean", 0.0),
-            "adv/std": totals.get("adv_std", 0.0),
-            "samples/rl": float(sum(it.has_reward and it.teacher_logprobs is None for it in items)),
-            "samples/opd": float(
-                sum(not it.has_reward and it.teacher_logprobs is not None for it in items)
-            ),
-            "samples/both": float(
-                sum(it.has_reward and it.teacher_logprobs is not None for it in items)
-            ),
-            "tokens": float(sum(len(it.response_ids) for it in items)),
-            "optim/grad_norm": float(grad_norm),
-            "optim/lr": self.cfg.lr,
-            "time/step_s": time.monotonic() - t0,
-            "time/paused_s": self.pause_budget.paused_s,
-        }
-        return {k: v for k, v in metrics.items() if math.isfinite(v)}
+        return parts, grad_norm
 
     def canary(self) -> list[dict[str, Any]]:
         """Log-probs of a fixed response to fixed prompts under the new weights."""

@@ -19,6 +19,7 @@ class TrainerConfig:
     mode: str = "lora"
     batch_size: int = 4
     lr: float = 1e-4
+    updates_per_batch: int = 1
     lora_rank: int = 16
     lora_alpha: int = 32
     weight_decay: float = 0.0
