@@ -145,8 +145,11 @@ def usable(store: Any, method: str) -> int:
         j = store.get_judgment(s.id)
         if j is None:
             continue
-        has_rl = method in ("rl", "combine") and j.score != 0
-        has_opd = method in ("opd", "combine", "topk-opd") and j.teacher_logprobs is not None
+        has_rl = method in ("rl", "combine", "combine-topk") and j.score != 0
+        if method in ("topk-opd", "combine-topk"):  # the teacher's top-k is the signal
+            has_opd = j.teacher_topk is not None
+        else:
+            has_opd = method in ("opd", "combine") and j.teacher_logprobs is not None
         n += int(has_rl or has_opd)
     return n
 

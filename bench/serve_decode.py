@@ -2,6 +2,9 @@
 embedded GGUF as shipped, Q4_1) vs the app's serving backend (called directly, and through
 the endpoint with one streaming client), same prompt ids, greedy, interleaved repeats.
 
+When the backend serves another file (the F16 copy, by default), llama.cpp also decodes
+that very file: the last row then shows what the backend costs apart from the weights.
+
 Decode tokens/s counts the tokens after the first (the first carries the prefill). If
 llama-cpp-python is not installed the table says so and shows the app's figures alone.
 The reference runs in a process of its own: two threads driving llama.cpp in one process
@@ -31,13 +34,13 @@ def reference_rates(
     return [reference_decode(llm, ids, tokens) for _ in range(repeats)]
 
 
-def reference(model: ResolvedModel, threads: int, ids: list[int], tokens: int, n: int) -> Any:
-    """The reference's decode rates from a spawned process, or None when not installed."""
+def reference(gguf: Any, threads: int, ids: list[int], tokens: int, n: int) -> Any:
+    """The reference's decode rates on `gguf` from a spawned process, or None when
+    llama-cpp-python is not installed (or there is no file)."""
     import importlib.util
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    gguf = gguf_source(model)
     if importlib.util.find_spec("llama_cpp") is None or gguf is None:
         return None
     with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
@@ -76,7 +79,11 @@ def decode_rows(et: Any, model: ResolvedModel, tokens: int, repeats: int) -> lis
     for _ in range(repeats):
         ours.append(et.call(backend_decode(et.engine, ids, tokens)))
         endpoint.append(throughput(et, 1, tokens, 8.0))
-    ref = reference(model, threads, ids, tokens, repeats)  # the engine idles meanwhile
+    ref = reference(gguf_source(model), threads, ids, tokens, repeats)  # the engine idles
+    served = getattr(et.engine.backend, "_gguf", None)
+    same = None  # llama.cpp on the very file the backend serves (the F16 copy by default)
+    if served is not None and served != gguf_source(model):
+        same = reference(served, threads, ids, tokens, repeats)
     name = type(et.engine.backend).__name__
     mine = statistics.median(ours)
     rows = [f"| {name}, direct, 1 stream, greedy decode | {mine:.1f} tok/s | |"]
@@ -89,4 +96,8 @@ def decode_rows(et: Any, model: ResolvedModel, tokens: int, repeats: int) -> lis
     theirs = statistics.median(ref)
     rows.append(f"| llama.cpp `Llama` on the GGUF ({threads} threads) | {theirs:.1f} tok/s | |")
     rows.append(f"| ours / llama.cpp | {mine / theirs:.2f}x | >= 0.8x |")
+    if same:  # what the backend itself costs, apart from the choice of weights
+        own = statistics.median(same)
+        rows.append(f"| llama.cpp `Llama` on the served file ({served.name}) | {own:.1f} tok/s | |")
+        rows.append(f"| ours / llama.cpp on the same file | {mine / own:.2f}x | |")
     return rows
