@@ -262,8 +262,8 @@ class Trainer:
     # -- one step ----------------------------------------------------------------------
     def train_step(self, items: list[TrainItem]) -> dict[str, float]:
         """`updates_per_batch` optimizer updates on one batch (the ratio to the behaviour
-        log-probs, and so the PPO clip, takes effect from the second); returns the metrics
-        of the last update and the step's totals."""
+        log-probs, and so the PPO clip, takes effect from the second); returns the step's
+        metrics (losses and statistics of the last update)."""
         t0 = time.monotonic()
         self.pause_budget.reset()
         print(json.dumps({"event": "step_started", "step": self.step + 1}), flush=True)

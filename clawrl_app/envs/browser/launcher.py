@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -49,6 +50,20 @@ def _is_driver(pid: int) -> bool:
         return b"playwright" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 2.0) -> None:
+    """Wait (briefly) until these killed processes have exited (gone or zombies)."""
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        while time.monotonic() < deadline:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                break
+            if stat[stat.rfind(")") + 2] == "Z":
+                break
+            time.sleep(0.02)
 
 
 class BrowserUnavailable(RuntimeError):
@@ -102,6 +117,21 @@ def descendants(pid: int) -> set[int]:
     return out
 
 
+def profile_dirs(pids: set[int]) -> set[Path]:
+    """The `--user-data-dir` folders of these processes (the profile Playwright made for
+    the browser in the temp folder: it removes it on a clean close, not after a kill)."""
+    out = set()
+    for pid in pids:
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for a in args:
+            if a.startswith(b"--user-data-dir="):
+                out.add(Path(os.fsdecode(a.split(b"=", 1)[1])))
+    return out
+
+
 class BrowserRuntime:
     """One Chromium (and its Playwright driver) owned by one worker thread."""
 
@@ -113,6 +143,8 @@ class BrowserRuntime:
         self._browser: Any = None
         self.pids: set[int] = set()
         """The processes this runtime started (driver, browser and its helpers)."""
+        self.profiles: set[Path] = set()
+        """Their browser profile folders, removed once the processes are gone."""
         self.generation = 0
         """Bumped at each launch and kill: Playwright objects of an older generation are
         dead (and belong to another thread's event loop): never touch them again."""
@@ -170,6 +202,7 @@ class BrowserRuntime:
                 new = descendants(os.getpid()) - before
                 drivers = {p for p in new if _is_driver(p)}
                 self.pids |= drivers | {p for d in drivers for p in descendants(d)}
+                self.profiles |= profile_dirs(self.pids)
 
     def processes(self) -> set[int]:
         """The live processes of this runtime: its driver and everything below it."""
@@ -190,10 +223,17 @@ class BrowserRuntime:
     def _kill(self) -> None:
         """SIGKILL what is left of this runtime's processes, without its thread's help."""
         self.generation += 1
-        for pid in sorted(self.processes()):
+        victims = sorted(self.processes())
+        self.profiles |= profile_dirs(set(victims))
+        for pid in victims:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         self.pids.clear()
+        if self.profiles:  # a killed browser leaves its profile behind: remove it once
+            _wait_gone(victims)  # nothing writes there any more
+            for folder in self.profiles:
+                shutil.rmtree(folder, ignore_errors=True)
+            self.profiles.clear()
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
