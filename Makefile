@@ -66,9 +66,11 @@ system-deps:
 run: $(VENV)/.installed system-deps
 	$(BIN)/clawrl-app launch
 
-# Two workers (pytest-xdist), each test file on one of them: module fixtures (a real engine,
-# a browser) start once per file. TEST_WORKERS=0 runs everything in this process.
-TEST_WORKERS ?= 2
+# TEST_WORKERS=2 runs the suite on two pytest-xdist workers, each test file on one of them
+# (module fixtures such as a real engine start once per file): ~25% faster on 2 cores, but
+# not the default: after a worker crashed (a segfault in llama.cpp's F16 conversion, seen
+# once under two workers) xdist's file scheduler hung instead of failing.
+TEST_WORKERS ?= 0
 test: $(VENV)/.installed system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
