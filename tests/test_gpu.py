@@ -38,7 +38,7 @@ from clawrl_app.engine.backends.base import (  # noqa: E402
 from clawrl_app.engine.backends.lora_merge import merged_copy  # noqa: E402
 from clawrl_app.engine.backends.torch_backend import TorchBackend  # noqa: E402
 from clawrl_app.engine.chat_format import ChatFormatter  # noqa: E402
-from clawrl_app.engine.losses import OBJECTIVES, LossBatch, LossConfig, rl_advantages  # noqa: E402
+from clawrl_app.engine.losses import OBJECTIVES, LossConfig, rl_advantages  # noqa: E402
 from clawrl_app.engine.policy_forward import response_logprobs  # noqa: E402
 from clawrl_app.engine.train_data import TrainItem  # noqa: E402
 from clawrl_app.engine.trainer import LORA_TARGETS  # noqa: E402
@@ -306,17 +306,7 @@ def two_steps(model: Any, tok: Any, method: str = "combine") -> dict[str, float]
         out = response_logprobs(model, items, DEVICE)
         assert out.logprobs_BT.device == torch.device(DEVICE)
         adv_B = rl_advantages(out.rewards_B, out.has_reward_B, "ema", None)
-        batch = LossBatch(
-            logprobs_BT=out.logprobs_BT,
-            old_logprobs_BT=out.old_logprobs_BT,
-            mask_BT=out.mask_BT,
-            rewards_B=out.rewards_B,
-            has_reward_B=out.has_reward_B,
-            teacher_logprobs_BT=out.teacher_logprobs_BT,
-            has_teacher_B=out.has_teacher_B,
-            entropy_BT=out.entropy_BT,
-        )
-        result = OBJECTIVES[method](batch, LossConfig(), adv_B)
+        result = OBJECTIVES[method](out.loss_batch(), LossConfig(), adv_B)
         assert torch.isfinite(result.loss)
         result.loss.backward()
         opt.step()

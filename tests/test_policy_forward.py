@@ -14,7 +14,7 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
-from clawrl_app.engine.losses import OBJECTIVES, LossBatch, LossConfig, rl_advantages
+from clawrl_app.engine.losses import OBJECTIVES, LossConfig, rl_advantages
 from clawrl_app.engine.policy_forward import ForwardOut, response_logprobs
 from clawrl_app.engine.train_data import TrainItem
 from clawrl_app.engine.trainer import LORA_TARGETS, enable_checkpointing
@@ -126,24 +126,9 @@ def step_grads(model: Any, items: list[TrainItem], method: str) -> dict[str, tor
     """Gradients of one objective's loss (every tensor from `response_logprobs`)."""
     model.zero_grad(set_to_none=True)
     out = response_logprobs(model, items, "cpu")
-    loss = OBJECTIVES[method](loss_batch(out), LossConfig(), advantages(out)).loss
+    loss = OBJECTIVES[method](out.loss_batch(), LossConfig(), advantages(out)).loss
     loss.backward()
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-
-def loss_batch(out: ForwardOut) -> LossBatch:
-    return LossBatch(
-        logprobs_BT=out.logprobs_BT,
-        old_logprobs_BT=out.old_logprobs_BT,
-        mask_BT=out.mask_BT,
-        rewards_B=out.rewards_B,
-        has_reward_B=out.has_reward_B,
-        teacher_logprobs_BT=out.teacher_logprobs_BT,
-        has_teacher_B=out.has_teacher_B,
-        entropy_BT=out.entropy_BT,
-        topk_teacher_logprobs_BTK=out.topk_teacher_BTK,
-        topk_student_logprobs_BTK=out.topk_student_BTK,
-    )
 
 
 def advantages(out: ForwardOut) -> torch.Tensor:

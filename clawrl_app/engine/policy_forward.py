@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from clawrl_app.engine.losses import LossBatch
 from clawrl_app.engine.train_data import TrainItem
 
 PAD_ID = 0  # any valid id: padded positions are masked out of attention and of the loss
@@ -45,6 +46,21 @@ class ForwardOut:
     has_teacher_B: torch.Tensor
     topk_student_BTK: torch.Tensor | None = None  # student log-probs over the teacher's top-k ids
     topk_teacher_BTK: torch.Tensor | None = None
+
+    def loss_batch(self) -> LossBatch:
+        """These tensors as the objectives' input (losses.LossBatch)."""
+        return LossBatch(
+            logprobs_BT=self.logprobs_BT,
+            old_logprobs_BT=self.old_logprobs_BT,
+            mask_BT=self.mask_BT,
+            rewards_B=self.rewards_B,
+            has_reward_B=self.has_reward_B,
+            teacher_logprobs_BT=self.teacher_logprobs_BT,
+            has_teacher_B=self.has_teacher_B,
+            entropy_BT=self.entropy_BT,
+            topk_teacher_logprobs_BTK=self.topk_teacher_BTK,
+            topk_student_logprobs_BTK=self.topk_student_BTK,
+        )
 
 
 def _left_pad(row: Sequence[Any], width: int, fill: Any) -> list[Any]:

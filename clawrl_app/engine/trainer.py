@@ -37,7 +37,6 @@ from clawrl_app.engine.checkpoints import (
 from clawrl_app.engine.cpu_share import BusyFlag, PauseBudget, wait_while_busy
 from clawrl_app.engine.losses import (
     OBJECTIVES,
-    LossBatch,
     LossConfig,
     ema_baseline_update,
     rl_advantages,
@@ -314,19 +313,7 @@ class Trainer:
         for mb in micro_batches(items, self.cfg.token_budget):
             out = response_logprobs(self.model, mb, self.device)
             adv_B = rl_advantages(out.rewards_B, out.has_reward_B, self.cfg.baseline, self.baseline)  # type: ignore[arg-type]
-            batch = LossBatch(
-                logprobs_BT=out.logprobs_BT,
-                old_logprobs_BT=out.old_logprobs_BT,
-                mask_BT=out.mask_BT,
-                rewards_B=out.rewards_B,
-                has_reward_B=out.has_reward_B,
-                teacher_logprobs_BT=out.teacher_logprobs_BT,
-                has_teacher_B=out.has_teacher_B,
-                entropy_BT=out.entropy_BT,
-                topk_teacher_logprobs_BTK=out.topk_teacher_BTK,
-                topk_student_logprobs_BTK=out.topk_student_BTK,
-            )
-            result = self.objective(batch, self.loss_cfg, adv_B)
+            result = self.objective(out.loss_batch(), self.loss_cfg, adv_B)
             share = len(mb) / len(items)
             self.accelerator.backward(result.loss * share)
             parts.append((share, result.loss.detach(), result.stats))
