@@ -25,7 +25,7 @@ from clawrl_app.envs import make_env
 from clawrl_app.envs.base import Action, EpisodeStatus, PolicyReply, Task, TurnRecord
 from clawrl_app.envs.browser.env import BrowserEnv
 from clawrl_app.envs.browser.evaluators import evaluate_spec
-from clawrl_app.envs.browser.launcher import find_chromium, playwright_available
+from clawrl_app.envs.browser.launcher import find_chromium, playwright_available, stat_fields
 from clawrl_app.envs.judge import HeuristicJudge
 from clawrl_app.envs.policies import MalformedPolicy, ScriptedPolicy, oracle_policy, tool_call
 from clawrl_app.envs.runner import EpisodeLimits, run_episode, run_group
@@ -273,16 +273,7 @@ def test_episodes_run_in_parallel_threads_with_their_own_browsers(env: BrowserEn
 
 
 def _chromium_pids(pids: set[int]) -> set[int]:
-    out = set()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        if stat[stat.rfind(")") + 2] != "Z":
-            out.add(pid)
-    return out
+    return {pid for pid in pids if stat_fields(pid)[:1] not in ([], ["Z"])}
 
 
 def test_close_leaves_no_browser_process_and_is_idempotent() -> None:

@@ -56,13 +56,7 @@ def _wait_gone(pids: list[int], timeout_s: float = 2.0) -> None:
     """Wait (briefly) until these killed processes have exited (gone or zombies)."""
     deadline = time.monotonic() + timeout_s
     for pid in pids:
-        while time.monotonic() < deadline:
-            try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
-            except OSError:
-                break
-            if stat[stat.rfind(")") + 2] == "Z":
-                break
+        while time.monotonic() < deadline and stat_fields(pid)[:1] not in ([], ["Z"]):
             time.sleep(0.02)
 
 
@@ -94,17 +88,23 @@ def launch_args() -> list[str]:
     return BASE_ARGS + (["--no-sandbox"] if os.geteuid() == 0 else [])
 
 
+def stat_fields(pid: int | str) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (state first, then the parent
+    pid); empty when the process is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    return stat[stat.rfind(")") + 2 :].split()
+
+
 def descendants(pid: int) -> set[int]:
     """Every live process below `pid` (from /proc; empty where there is none)."""
     children: dict[int, list[int]] = {}
     for d in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
         if not d.name.isdigit():
             continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
+        fields = stat_fields(d.name)
         if fields and fields[0] != "Z":
             children.setdefault(int(fields[1]), []).append(int(d.name))
     out: set[int] = set()
