@@ -221,8 +221,9 @@ def test_a_crashed_or_hung_browser_is_an_infra_error_and_the_next_episode_starts
     try:
         first = crashy.reset(task)
         procs = crashy.runtime.processes()
-        profiles = profile_dirs(procs)  # what Playwright made for this browser
+        profiles = profile_dirs(procs)  # Playwright's profile, Chromium's singleton folder
         assert profiles and all(p.is_dir() for p in profiles)
+        assert any(p.name.startswith("org.chromium.Chromium.") for p in profiles)
         for pid in procs:  # the browser dies under the episode
             comm = (
                 Path(f"/proc/{pid}/comm").read_text() if Path(f"/proc/{pid}/comm").exists() else ""
@@ -232,7 +233,7 @@ def test_a_crashed_or_hung_browser_is_an_infra_error_and_the_next_episode_starts
         out = crashy.step(Action("click", {"ref": _ref(first.text, 'button "Dialogs"')}))
         assert out.observation.infra_error, out.observation.text
         crashy.close()
-        assert not any(p.exists() for p in profiles)  # the killed browser's profile too
+        assert not any(p.exists() for p in profiles)  # the killed browser's folders too
         first = crashy.reset(task)  # a new browser
         assert first.infra_error is None
         t0 = time.monotonic()  # a page that never yields: the call times out, the browser is killed

@@ -119,7 +119,8 @@ def descendants(pid: int) -> set[int]:
 
 def profile_dirs(pids: set[int]) -> set[Path]:
     """The `--user-data-dir` folders of these processes (the profile Playwright made for
-    the browser in the temp folder: it removes it on a clean close, not after a kill)."""
+    the browser in the temp folder: it removes it on a clean close, not after a kill), and
+    Chromium's singleton folder each links to (`SingletonSocket`: also left by a kill)."""
     out = set()
     for pid in pids:
         try:
@@ -129,6 +130,11 @@ def profile_dirs(pids: set[int]) -> set[Path]:
         for a in args:
             if a.startswith(b"--user-data-dir="):
                 out.add(Path(os.fsdecode(a.split(b"=", 1)[1])))
+    for folder in list(out):
+        with contextlib.suppress(OSError):
+            sock = Path(os.readlink(folder / "SingletonSocket"))
+            if sock.parent.name.startswith("org.chromium.Chromium."):
+                out.add(sock.parent)
     return out
 
 
