@@ -41,6 +41,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -71,6 +72,7 @@ from learn_report import report  # noqa: E402
 
 from clawrl_app.config import load_settings  # noqa: E402
 from clawrl_app.engine.engine_thread import EngineThread  # noqa: E402
+from clawrl_app.engine.judge_prompts import teacher_messages  # noqa: E402
 from clawrl_app.engine.store.guard import GENERAL, PERSONAL  # noqa: E402
 from clawrl_app.general_eval import GeneralItem, load_general_set, score_answers  # noqa: E402
 from clawrl_app.models import resolve_model  # noqa: E402
@@ -81,31 +83,35 @@ GENERAL_MAX_TOKENS = 48
 # --- driving the engine ---------------------------------------------------------------------
 
 
-def _ask(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+def _ask(url: str, prompt: str, max_tokens: int, hint: str | None = None) -> dict[str, Any]:
+    messages = [{"role": "user", "content": prompt}]
+    if hint is not None:  # what the app's teacher is given: the hint appended to the prompt
+        messages = teacher_messages(messages, hint)
     with httpx.Client(timeout=600) as client:
         return post_chat(
-            client,
-            url,
-            [{"role": "user", "content": prompt}],
-            max_tokens=max_tokens,
-            temperature=0.0,
-            headers=SIDE,
+            client, url, messages, max_tokens=max_tokens, temperature=0.0, headers=SIDE
         )
 
 
-def _answers(url: str, prompts: list[str], max_tokens: int, workers: int) -> list[dict[str, Any]]:
+def _answers(
+    url: str, prompts: list[str], max_tokens: int, workers: int, hint: str | None = None
+) -> list[dict[str, Any]]:
     """Greedy side-turn answers, `workers` at a time (the backend batches concurrent ones)."""
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(lambda p: _ask(url, p, max_tokens), prompts))
+        return list(pool.map(lambda p: _ask(url, p, max_tokens, hint), prompts))
 
 
-def heldout(url: str, persona: Persona, max_tokens: int, workers: int) -> dict[str, Any]:
-    """Held-out compliance: the persona's held-out prompts, greedy, checked by its code."""
+def heldout(
+    url: str, persona: Persona, max_tokens: int, workers: int, hint: str | None = None
+) -> dict[str, Any]:
+    """Held-out compliance: the persona's held-out prompts, greedy, checked by its code.
+    With `hint`: the teacher's compliance (each prompt with the hint appended, as the app's
+    teacher sees it): how far distillation from that teacher can lead."""
     t0 = time.time()
     rows = []
     for p, j in zip(
         persona.heldout_prompts,
-        _answers(url, list(persona.heldout_prompts), max_tokens, workers),
+        _answers(url, list(persona.heldout_prompts), max_tokens, workers, hint),
         strict=True,
     ):
         text = j["choices"][0]["message"]["content"] or ""
@@ -306,9 +312,10 @@ def run_persona(
             ev["after_turns"], ev["steps"] = 0, 0
             evals.append(ev)
             gen_before = general(et.url, items, args.eval_workers)
+            teacher = heldout(et.url, persona, mt, args.eval_workers, persona.hint())
             print(
-                f"{tag} before: compliance {ev['compliance']:.2f} general "
-                f"{gen_before['score']:.2f}",
+                f"{tag} before: compliance {ev['compliance']:.2f} (teacher: base + hint "
+                f"{teacher['compliance']:.2f}) general {gen_before['score']:.2f}",
                 flush=True,
             )
             watcher.start()
@@ -363,6 +370,7 @@ def run_persona(
             "loadavg_start": load_start,
             "loadavg_end": os.getloadavg(),
             "evals": evals,
+            "teacher": teacher,
             "general_before": gen_before,
             "general_after": gen_after,
             "turns": turns,
@@ -393,6 +401,8 @@ def run_persona(
         with contextlib.suppress(Exception):
             watcher.stop()
         et.stop()
+        if not args.keep_home:  # its F16 copy of the model alone is ~270 MB
+            shutil.rmtree(home, ignore_errors=True)
 
 
 def parse_args() -> argparse.Namespace:
@@ -419,6 +429,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = defaults)")
     ap.add_argument("--note", default="", help="free text recorded with the results")
     ap.add_argument("--no-guard", action="store_true", help="run without the regression guard")
+    ap.add_argument("--keep-home", action="store_true", help="keep each persona's engine home")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "learn.md"))
     args = ap.parse_args()
     args.persona_list = [p.strip() for p in args.personas.split(",") if p.strip()]

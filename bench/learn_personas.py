@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from clawrl_app.engine.heuristic_judge import corrective_hint
+
 _TERMINATOR_RE = re.compile(r"[.!?]+(?=[\s\"')\]*]|$)")
 _BULLET_RE = re.compile(r"^\s*[-*•]\s+\S")
 # Emoji and pictographs: the emoji blocks, dingbats / misc symbols, variation selector 16.
@@ -100,6 +102,14 @@ class Persona:
     def reaction(self, answer: str) -> str:
         """The user's next message after `answer`."""
         return self.thanks if self.complies(answer) else self.correction
+
+    def hint(self) -> str:
+        """The hint the app's heuristic judge takes from the correction: the teacher's extra
+        context in on-policy distillation."""
+        hint = corrective_hint(self.correction)
+        if hint is None:
+            raise ValueError(f"persona {self.name}: its correction yields no hint")
+        return hint
 
 
 BREVITY = Persona(

@@ -85,16 +85,22 @@ def goal_lines(g: Goals) -> list[str]:
     ]
 
 
+def _teacher(run: dict[str, Any]) -> str:
+    """The teacher's held-out compliance (base + the persona's hint); n/a in older results."""
+    return _fmt(run["teacher"]["compliance"]) if "teacher" in run else "n/a"
+
+
 def learning_table(runs: list[dict[str, Any]], block: int) -> list[str]:
-    """Per persona: held-out compliance before and after each block, general before -> after,
+    """Per persona: the teacher's held-out compliance (base + hint: what distillation pulls
+    towards), held-out compliance before and after each block, general before -> after,
     steps, on-policy compliance of the feedback turns per block; then the mean."""
     cols = max(len(r["evals"]) - 1 for r in runs)
     heads = [str(e["after_turns"]) for e in max((r["evals"] for r in runs), key=len)[1:]]
     lines = [
-        "| persona | before | "
+        "| persona | teacher | before | "
         + " | ".join(f"after {h}" for h in heads)
         + " | general before -> after | steps | on-policy per block | wall |",
-        "|---|---|" + "---|" * cols + "---|---|---|---|",
+        "|---|---|---|" + "---|" * cols + "---|---|---|---|",
     ]
     for r in runs:
         ev = r["evals"]
@@ -105,7 +111,7 @@ def learning_table(runs: list[dict[str, Any]], block: int) -> list[str]:
             blocks.append(f"{sum(t['ok'] for t in blk)}/{len(blk)}")
         gb, ga = r["general_before"], r["general_after"]
         lines.append(
-            f"| {r['persona']} | {ev[0]['compliance']:.2f} | "
+            f"| {r['persona']} | {_teacher(r)} | {ev[0]['compliance']:.2f} | "
             + " | ".join(cells)
             + f" | {gb['score']:.2f} -> {ga['score']:.2f} ({gb['correct']}->{ga['correct']}/"
             f"{ga['total']}) | {r['steps']} | {' '.join(blocks)} | {r['wall_s'] / 60:.1f} min |"
@@ -118,8 +124,9 @@ def learning_table(runs: list[dict[str, Any]], block: int) -> list[str]:
         gb = statistics.fmean(r["general_before"]["score"] for r in runs)
         ga = statistics.fmean(r["general_after"]["score"] for r in runs)
         steps = statistics.fmean(r["steps"] for r in runs)
+        teach = [r["teacher"]["compliance"] for r in runs if "teacher" in r]
         lines.append(
-            f"| **mean** | {mean_cells[0]} | "
+            f"| **mean** | {_fmt(statistics.fmean(teach) if teach else None)} | {mean_cells[0]} | "
             + " | ".join(mean_cells[1:])
             + f" | {gb:.2f} -> {ga:.2f} | {steps:.1f} | | |"
         )
@@ -220,7 +227,9 @@ def report(
         + (f" Note: {args.note}" if args.note else ""),
         "",
         "Held-out compliance (greedy) before and after each block of feedback turns, measured "
-        "once the trainer has used the block's samples and the newest checkpoint is served:",
+        "once the trainer has used the block's samples and the newest checkpoint is served; "
+        "`teacher`: the base model's held-out compliance with the persona's hint appended "
+        "(what the teacher of on-policy distillation writes):",
         "",
         *learning_table(runs, args.block),
         "",

@@ -112,3 +112,4 @@ def test_replies_read_as_feedback_by_the_default_judge(name: str) -> None:
     assert bad.score == -1 and bad.hint
     good = classify_next_state("user", p.thanks, answer="Some answer", question=prompt)
     assert good.score == 1
+    assert p.hint() == bad.hint  # the teacher column of the benchmark uses the judge's hint

@@ -64,3 +64,26 @@ def test_guard_lines_list_every_verdict_and_the_general_score_per_version() -> N
     assert lines[2] == "| brevity | v1 | base | 0.50 -> 0.50 | 0.60 -> 0.60 | passed |"
     assert lines[3].startswith("| brevity | v4 | v1 | 0.55 -> 0.70 | 0.60 -> 0.50 | REFUSED: ")
     assert lines[-1] == "- brevity: general score per version: base 0.60 -> v1 0.60 -> v4 0.50"
+
+
+def test_the_learning_table_shows_the_teachers_compliance_and_na_for_older_results() -> None:
+    from learn_report import learning_table
+
+    runs = [
+        _run("brevity", [0.0, 0.9], 0.6, 0.7),
+        _run("bullets", [0.0, 0.3], 0.6, 0.7),
+        _run("calm", [0.8, 0.9], 0.6, 0.6),  # a result written before the column existed
+    ]
+    runs[0]["teacher"] = {"compliance": 0.8}
+    runs[1]["teacher"] = {"compliance": 0.5}
+    for r in runs:
+        r.update(steps=2, wall_s=60.0, turns=[{"ok": False}] * 8)
+        r["general_before"].update(correct=24, total=40)
+        r["general_after"].update(correct=28, total=40)
+    lines = learning_table(runs, block=8)
+    assert lines[0].startswith("| persona | teacher | before | after 8 |")
+    assert lines[2].startswith("| brevity | 0.80 | 0.00 | 0.90 |")
+    assert lines[3].startswith("| bullets | 0.50 | 0.00 | 0.30 |")
+    assert lines[4].startswith("| calm | n/a | 0.80 | 0.90 |")
+    assert lines[5].startswith("| **mean** | 0.65 | 0.27 | 0.70 |")
+    assert all(ln.count("|") == lines[1].count("|") for ln in lines)
