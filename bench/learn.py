@@ -260,7 +260,7 @@ def _engine_env(args: argparse.Namespace, model_dir: Path) -> dict[str, str]:
 
 
 def _metrics(store: Any) -> dict[str, list[float]]:
-    names = ("loss", "samples/rl", "samples/opd", "samples/both", "reward/mean")
+    names: tuple[str, ...] = ("loss", "samples/rl", "samples/opd", "samples/both", "reward/mean")
     names += ("optim/grad_norm", "time/step_s", "time/paused_s")
     return {n: [m.value for m in store.metrics(n)] for n in names}
 

@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import shutil
 import statistics
 import sys
 import tempfile
@@ -252,6 +253,7 @@ def main() -> None:
             print(row, flush=True)
     finally:
         et.stop()
+        shutil.rmtree(home, ignore_errors=True)  # its F16 copy of the model alone is ~270 MB
 
 
 def print_table(runs: list[dict[str, float]], one: float, four: float) -> None:

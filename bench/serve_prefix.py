@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -90,7 +91,8 @@ def run_sessions(
     if cache_mb is not None:
         env["CLAWRL_SERVER__PREFIX_CACHE_MB"] = str(cache_mb)
     settings = load_settings(env=env).settings
-    et = EngineThread(settings, app_paths(tempfile.mkdtemp(prefix="clawrl-bench-"))).start()
+    home = tempfile.mkdtemp(prefix="clawrl-bench-")
+    et = EngineThread(settings, app_paths(home)).start()
     rows = []
     try:
         client = openai.OpenAI(base_url=et.url, api_key="unused", max_retries=0, timeout=600)
@@ -113,6 +115,7 @@ def run_sessions(
         stats = et.engine.status()["serving"].get("prefix_cache", {})
     finally:
         et.stop()
+        shutil.rmtree(home, ignore_errors=True)  # its F16 copy of the model alone is ~270 MB
     return rows, stats
 
 
