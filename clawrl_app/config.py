@@ -137,7 +137,8 @@ class JudgeSettings(_Section):
     backend: Literal["auto", "policy", "openai", "heuristic"] = "auto"
     """Who scores turns: auto picks heuristic for small policies, policy for capable ones."""
     model_path: str | None = None
-    """Separate judge model (upstream PRM_MODEL_PATH); empty = the policy's base weights."""
+    """Upstream's PRM_MODEL_PATH, accepted so its settings load; not used: the judge and the
+    OPD teacher run on the served model (the plan says so). Another judge: backend = openai."""
     votes: int = 3
     """PRM votes per turn (majority vote)."""
     temperature: float = 0.6

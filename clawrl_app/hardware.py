@@ -219,14 +219,17 @@ def _fit(
 
 def _judge_backend(model: ModelInfo, settings: Settings, reasons: list[str]) -> JudgeBackend:
     judge = settings.judge
+    if judge.model_path:  # upstream's PRM_MODEL_PATH: say so rather than pretend to use it
+        reasons.append(
+            f"Judge: judge.model_path ({judge.model_path}) is not used: a separate judge or "
+            "teacher model is not supported; they run on the served model. To judge with "
+            "another model, serve it and set judge.backend = openai and judge.openai_url."
+        )
     if judge.backend == "openai" and not judge.openai_url:
         raise PlanError("judge.backend = openai needs judge.openai_url (and judge.openai_model).")
     if judge.backend != "auto":
         reasons.append(f"Judge: {judge.backend}, as set in judge.backend.")
         return cast(JudgeBackend, judge.backend)
-    if judge.model_path:
-        reasons.append(f"Judge: {judge.model_path} (PRM_MODEL_PATH); its memory is not checked.")
-        return "policy"
     if model.params_b < SMALL_POLICY_B:
         reasons.append(
             f"Judge: heuristic, because a {model.params_b:.2f}B policy is too weak to judge turns "

@@ -335,6 +335,11 @@ def test_judge_backend_choice() -> None:
         plan(fake_inventory(4), model("8B"), settings(CLAWRL_JUDGE__BACKEND="openai"))
     p = plan(fake_inventory(2), model("0.1B"), settings(CLAWRL_JUDGE__BACKEND="policy"))
     assert p.judge_backend == "policy" and p.judge_shares_serving
+    # upstream's PRM_MODEL_PATH is accepted but no separate judge model is loaded: the plan
+    # says so instead of naming it as the judge, and chooses as it would without it
+    p = plan(fake_inventory(0), model("0.1B"), settings(CLAWRL_JUDGE__MODEL_PATH="/models/prm"))
+    assert p.judge_backend == "heuristic"
+    assert any("judge.model_path (/models/prm) is not used" in r for r in p.reasons)
 
 
 SMOLLM2_135M = {
