@@ -33,10 +33,15 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 # llama.cpp (cmake + a C++ compiler); the ninja counter shows progress. Without it the app
 # serves with the torch backend (slower), so a failed build does not stop the install.
 LLAMA_PIN := llama-cpp-python==0.3.36
+# Portable x86 code (AVX2, FMA, F16C), not -march=native: on a CPU with AMX, native code runs
+# AMX tile instructions that a kernel or sandbox which has not enabled AMX for the process
+# kills with SIGILL (seen in `tileloadd`, ggml_backend_amx_mul_mat). --no-cache-dir: pip's
+# wheel cache ignores CMAKE_ARGS, so a wheel built with other flags must not be reused.
+LLAMA_CMAKE := -DLLAVA_BUILD=OFF$(if $(IS_X86_LINUX), -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
 llamacpp: | $(BIN)/python
 	@if $(BIN)/python -c "import llama_cpp" 2>/dev/null; then exit 0; fi; \
-	echo ">> building $(LLAMA_PIN) from source for CPU serving (about 6 minutes on 2 cores, once)"; \
-	CMAKE_ARGS="-DLLAVA_BUILD=OFF" $(BIN)/pip install -v "$(LLAMA_PIN)" > $(VENV)/llamacpp-build.log 2>&1 & \
+	echo ">> building $(LLAMA_PIN) from source for CPU serving (about 6 minutes on 2 cores, once per venv)"; \
+	CMAKE_ARGS="$(LLAMA_CMAKE)" $(BIN)/pip install --no-cache-dir -v "$(LLAMA_PIN)" > $(VENV)/llamacpp-build.log 2>&1 & \
 	pid=$$!; while kill -0 $$pid 2>/dev/null; do sleep 15; \
 	  step=$$(grep -oE '^ *\[[0-9]+/[0-9]+\]' $(VENV)/llamacpp-build.log | tail -1 | tr -d ' '); \
 	  echo "   compiling llama.cpp $${step:-(preparing)}"; done; \
@@ -66,12 +71,14 @@ system-deps:
 run: $(VENV)/.installed system-deps
 	$(BIN)/clawrl-app launch
 
+# The import contracts (pyproject.toml) are checked first: a broken layer fails in seconds.
 # TEST_WORKERS=2 runs the suite on two pytest-xdist workers, each test file on one of them
 # (module fixtures such as a real engine start once per file): ~25% faster on 2 cores, but
 # not the default: after a worker crashed (a segfault in llama.cpp's F16 conversion, seen
 # once under two workers) xdist's file scheduler hung instead of failing.
 TEST_WORKERS ?= 0
 test: $(VENV)/.installed system-deps
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 check: $(VENV)/.installed system-deps

@@ -29,11 +29,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from clawrl_app.engine.backends.lora_merge import merged_copy  # noqa: E402
-from clawrl_app.engine.backends.torch_backend import TorchBackend  # noqa: E402
-from clawrl_app.engine.checkpoints import read_manifest  # noqa: E402
-from clawrl_app.engine.policy_forward import response_logprobs  # noqa: E402
-from clawrl_app.engine.train_data import TrainItem  # noqa: E402
+from clawrl_app.engine.backends.pytorch.backend import TorchBackend  # noqa: E402
+from clawrl_app.engine.backends.pytorch.lora_merge import merged_copy  # noqa: E402
+from clawrl_app.engine.core.checkpoints import read_manifest  # noqa: E402
+from clawrl_app.engine.training.policy_forward import response_logprobs  # noqa: E402
+from clawrl_app.engine.training.train_data import TrainItem  # noqa: E402
 from clawrl_app.models import ResolvedModel, load_model  # noqa: E402
 
 

@@ -26,10 +26,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clawrl_app.config import GuardSettings  # noqa: E402
-from clawrl_app.engine.backends.torch_backend import TorchBackend  # noqa: E402
-from clawrl_app.engine.chat_format import ChatFormatter  # noqa: E402
-from clawrl_app.engine.compare import answer  # noqa: E402
-from clawrl_app.engine.guard import RegressionGuard, decide  # noqa: E402
+from clawrl_app.engine.backends.pytorch.backend import TorchBackend  # noqa: E402
+from clawrl_app.engine.chat.formatter import ChatFormatter  # noqa: E402
+from clawrl_app.engine.publishing.compare import answer  # noqa: E402
+from clawrl_app.engine.publishing.guard import RegressionGuard, decide  # noqa: E402
 from clawrl_app.engine.store import NewTurn, Store  # noqa: E402
 from clawrl_app.general_eval import load_general_set  # noqa: E402
 from clawrl_app.models import load_model, resolve_model  # noqa: E402
@@ -86,7 +86,7 @@ async def run(args: argparse.Namespace, home: Path) -> list[dict[str, Any]]:
                      "personal_s": t1 - t0, "general": general, "general_n": gn,
                      "general_s": t2 - t1})  # fmt: skip
     await be.stop()
-    from clawrl_app.engine.guard import VersionScores
+    from clawrl_app.engine.publishing.guard import VersionScores
 
     def scores(r: dict[str, Any]) -> VersionScores:
         return VersionScores(r["version"], r["personal"], r["personal_n"], r["general"],

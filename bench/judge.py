@@ -24,8 +24,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clawrl_app.config import load_settings  # noqa: E402
+from clawrl_app.engine.core.events import SampleJudged  # noqa: E402
 from clawrl_app.engine.engine_thread import EngineThread  # noqa: E402
-from clawrl_app.engine.events import SampleJudged  # noqa: E402
 from clawrl_app.models import resolve_model  # noqa: E402
 from clawrl_app.paths import app_paths  # noqa: E402
 

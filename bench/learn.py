@@ -72,7 +72,7 @@ from learn_report import report  # noqa: E402
 
 from clawrl_app.config import load_settings  # noqa: E402
 from clawrl_app.engine.engine_thread import EngineThread  # noqa: E402
-from clawrl_app.engine.judge_prompts import teacher_messages  # noqa: E402
+from clawrl_app.engine.judging.prompts import teacher_messages  # noqa: E402
 from clawrl_app.engine.store.guard import GENERAL, PERSONAL  # noqa: E402
 from clawrl_app.general_eval import GeneralItem, load_general_set, score_answers  # noqa: E402
 from clawrl_app.models import resolve_model  # noqa: E402

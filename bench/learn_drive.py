@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import psutil
 
+from clawrl_app.engine.core.events import PolicyPublished, StepFinished, StepStarted
 from clawrl_app.engine.engine_thread import EngineThread
-from clawrl_app.engine.events import PolicyPublished, StepFinished, StepStarted
 
 
 def post_chat(

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clawrl_app.engine.heuristic_judge import corrective_hint
+from clawrl_app.engine.judging.heuristic_judge import corrective_hint
 
 _TERMINATOR_RE = re.compile(r"[.!?]+(?=[\s\"')\]*]|$)")
 _BULLET_RE = re.compile(r"^\s*[-*•]\s+\S")

@@ -18,7 +18,7 @@ def step_times(
     gguf: str, threads: int, sizes: tuple[int, ...], steps: int = 40
 ) -> dict[int, float]:
     """Median seconds of one llama_decode step with n rows, for each n in `sizes`."""
-    from clawrl_app.engine.backends.llamacpp_runtime import LlamaRuntime
+    from clawrl_app.engine.backends.llamacpp.runtime import LlamaRuntime
 
     rt = LlamaRuntime(Path(gguf), kv_tokens=2048, seqs=max(sizes), threads=threads)
     out: dict[int, float] = {}

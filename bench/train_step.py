@@ -56,9 +56,9 @@ class Ours:
     """The trainer process's step on one micro-batch."""
 
     def __init__(self, args: dict[str, Any], tmp: Path) -> None:
-        from clawrl_app.engine.train_data import TrainItem
-        from clawrl_app.engine.trainer import Trainer
-        from clawrl_app.engine.trainer_config import TrainerConfig
+        from clawrl_app.engine.training.config import TrainerConfig
+        from clawrl_app.engine.training.train_data import TrainItem
+        from clawrl_app.engine.training.trainer import Trainer
 
         seqs, p = args["seqs"], args["prompt_len"]
         cfg = TrainerConfig(
@@ -95,14 +95,14 @@ class Bare:
         import torch
         from peft import LoraConfig, get_peft_model
 
-        from clawrl_app.engine.trainer import LORA_TARGETS
+        from clawrl_app.engine.training.trainer import LORA_TARGETS
         from clawrl_app.models import ResolvedModel, load_model
 
         path = Path(args["model_path"])
         dev = args["device"]
         model, _ = load_model(ResolvedModel(path, "local", path.name, 0), device=dev)
         if args["gradient_checkpointing"]:  # the same HF calls as the trainer's
-            from clawrl_app.engine.trainer import enable_checkpointing
+            from clawrl_app.engine.training.trainer import enable_checkpointing
 
             enable_checkpointing(model, adapter=True)
         cfg = LoraConfig(

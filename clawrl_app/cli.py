@@ -441,7 +441,7 @@ def cmd_rollback(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPat
 
 def _rollback_offline(args: argparse.Namespace, paths: AppPaths) -> int:
     """No engine running: record the choice; the next start serves it and trains from it."""
-    from clawrl_app.engine.rollback import (
+    from clawrl_app.engine.publishing.rollback import (
         RollbackError,
         ServedState,
         choose_target,

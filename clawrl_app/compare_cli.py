@@ -1,6 +1,6 @@
 """`clawrl-app compare A B`: two versions' greedy answers to the same prompts, side by side.
 
-The replay runs inside the engine (`POST /admin/compare`, see `clawrl_app.engine.compare`):
+The replay runs inside the engine (`POST /admin/compare`, see `clawrl_app.engine.publishing.compare`):
 a running `clawrl-app serve` when there is one, else an engine started in this process.
 Its answers are never recorded and wait behind user requests."""
 
@@ -106,7 +106,7 @@ def format_report(result: dict[str, Any], width: int, color: bool) -> list[str]:
 def cmd_compare(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
     import httpx
 
-    from clawrl_app.engine.compare import CompareError, parse_prompts
+    from clawrl_app.engine.publishing.compare import CompareError, parse_prompts
     from clawrl_app.env_cli import _engine
 
     body: dict[str, Any] = {"a": args.a, "b": args.b, "max_tokens": args.max_tokens}

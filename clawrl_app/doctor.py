@@ -202,7 +202,7 @@ def publishing_lines(store_file: Path) -> list[str]:
 def judge_health_lines(settings: Settings, store_file: Path) -> list[str]:
     """One line of judge health (agreement with your ratings, reward balance, length drift of
     the newest version vs base), then its warnings."""
-    from clawrl_app.engine.judge_health import summarize
+    from clawrl_app.engine.judging.health import summarize
     from clawrl_app.engine.store.peek import judge_health_inputs_readonly
 
     s = settings.health

@@ -134,7 +134,7 @@ def _list(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> 
     except Exception as exc:  # the listing still helps without a sandbox
         sandbox = f"unavailable ({exc})"
     print(f"sandbox: {sandbox}")
-    from clawrl_app.engine.env_jobs import browser_status
+    from clawrl_app.engine.environments.jobs import browser_status
 
     browser = browser_status()
     print(f"browser: {'ok' if browser['ok'] else 'unavailable'} ({browser['detail']})")

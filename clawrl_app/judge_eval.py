@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clawrl_app.engine.judge import Judge, Verdict
-from clawrl_app.engine.judge_prompts import JudgeInput
+from clawrl_app.engine.judging.judge import Judge, Verdict
+from clawrl_app.engine.judging.prompts import JudgeInput
 from clawrl_app.paths import asset_path
 
 LABELS = (1, 0, -1)

@@ -42,7 +42,7 @@ def cmd_judge_eval(args: argparse.Namespace, loaded: LoadedSettings, paths: AppP
     import asyncio
     from pathlib import Path
 
-    from clawrl_app.engine.judge import HeuristicJudge, Judge, LLMJudge, openai_generator
+    from clawrl_app.engine.judging.judge import HeuristicJudge, Judge, LLMJudge, openai_generator
     from clawrl_app.judge_eval import (
         LabelledFileError,
         balanced_subset,
@@ -95,9 +95,9 @@ def cmd_judge_eval(args: argparse.Namespace, loaded: LoadedSettings, paths: AppP
 
 def _local_policy_judge(loaded: LoadedSettings, paths: AppPaths) -> tuple[Any, Any]:
     """The policy judge on an in-process torch backend (the base weights)."""
-    from clawrl_app.engine.backends.torch_backend import TorchBackend
-    from clawrl_app.engine.chat_format import ChatFormatter
-    from clawrl_app.engine.judge import LLMJudge, policy_generator
+    from clawrl_app.engine.backends.pytorch.backend import TorchBackend
+    from clawrl_app.engine.chat.formatter import ChatFormatter
+    from clawrl_app.engine.judging.judge import LLMJudge, policy_generator
     from clawrl_app.models import load_model, resolve_model
 
     m = resolve_model(loaded.settings.model.path, paths)

@@ -67,7 +67,7 @@ def start_engine(home: Path, env: dict[str, str], events: Any = None) -> Any:
     # minute on a CPU) and holds out a share of turns: only the tests about it turn it on.
     # The torch backend serves unless a test asks for another: these tests reach into its
     # model; llama.cpp (the default where installed) has its own end-to-end tests
-    # (test_llamacpp_engine.py, test_smoke.py).
+    # (tests/engine/backends/llamacpp/test_llamacpp_backend.py, test_smoke.py).
     defaults = {"CLAWRL_GUARD__ENABLED": "false", "CLAWRL_HARDWARE__BACKEND": "torch"}
     settings = load_settings(env={**defaults, **env}).settings
     return EngineThread(settings, app_paths(home), events=events).start()
@@ -92,7 +92,7 @@ def engine(
         "CLAWRL_SERVER__PORT": "0",
         "CLAWRL_SERVER__DEFAULT_MAX_TOKENS": "24",
         "CLAWRL_TRAIN__ENABLED": "false",  # training has its own engines (test_training.py)
-        # incognito rules for tests/test_privacy.py (no other test sends these)
+        # incognito rules for tests/privacy/test_privacy.py (no other test sends these)
         "CLAWRL_PRIVACY__INCOGNITO_PATTERNS": '["^#off-the-record"]',
         "CLAWRL_PRIVACY__INCOGNITO_SOURCES": '["^scratch-tool/"]',
     }

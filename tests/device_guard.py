@@ -45,7 +45,7 @@ FACTORIES = {
 }
 
 
-def _app_caller(depth: int) -> str | None:
+def app_caller(depth: int) -> str | None:
     """`file:line` of the first caller outside torch, when that caller is clawrl_app code."""
     frame: Any = sys._getframe(depth + 1)
     while frame is not None and frame.f_code.co_filename.startswith(TORCH_DIR):
@@ -88,7 +88,7 @@ class DeviceGuard(TorchFunctionMode):
     ) -> Any:
         kwargs = kwargs or {}
         if func in FACTORIES:
-            where = _app_caller(1)
+            where = app_caller(1)
             if where is not None:
                 self._check(f"torch.{func.__name__}", kwargs.get("device"), where)
         return func(*args, **kwargs)
@@ -101,7 +101,7 @@ class DeviceGuard(TorchFunctionMode):
             """A real generator (isinstance and sampling work) whose creation is checked."""
 
             def __new__(cls, device: Any = None) -> Any:
-                where = _app_caller(1)
+                where = app_caller(1)
                 if where is not None:
                     guard._check("torch.Generator", device, where)
                 return real.__new__(cls, device) if device is not None else real.__new__(cls)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from tests.device_guard import _app_caller
+from tests.device_guard import app_caller
 
 READS = {
     torch.Tensor.__float__,
@@ -51,7 +51,7 @@ class HostSyncGuard(TorchFunctionMode):
     ) -> Any:
         getitem = func is torch.Tensor.__getitem__ and _bool_index(args)
         if func in READS or getitem:
-            where = _app_caller(1)
+            where = app_caller(1)
             if where is not None:
                 self.reads.append(f"{where}: {getattr(func, '__name__', func)}")
         return func(*args, **(kwargs or {}))

@@ -36,8 +36,8 @@ from clawrl_app.engine.backends.base import (
     TokenOut,
     UnknownVersion,
 )
-from clawrl_app.engine.backends.sglang_backend import SGLangBackend
-from clawrl_app.engine.backends.sglang_launch import (
+from clawrl_app.engine.backends.sglang.backend import SGLangBackend
+from clawrl_app.engine.backends.sglang.launch import (
     DEFAULT_LORA_TARGETS,
     SGLangServer,
     build_launch_command,

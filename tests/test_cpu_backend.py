@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from clawrl_app.cpu_backend import TORCH_LINE, with_cpu_backend
-from clawrl_app.engine.backend_setup import canary_tolerance
-from clawrl_app.engine.trainer_config import tis_cap
+from clawrl_app.engine.backends.setup import canary_tolerance
+from clawrl_app.engine.training.config import tis_cap
 from clawrl_app.hardware import PlanError, plan
 from tests.test_hardware import fake_inventory, model, settings
 

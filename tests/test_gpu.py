@@ -35,13 +35,13 @@ from clawrl_app.engine.backends.base import (  # noqa: E402
     SamplingParams,
     TokenOut,
 )
-from clawrl_app.engine.backends.lora_merge import merged_copy  # noqa: E402
-from clawrl_app.engine.backends.torch_backend import TorchBackend  # noqa: E402
-from clawrl_app.engine.chat_format import ChatFormatter  # noqa: E402
-from clawrl_app.engine.losses import OBJECTIVES, LossConfig, rl_advantages  # noqa: E402
-from clawrl_app.engine.policy_forward import response_logprobs  # noqa: E402
-from clawrl_app.engine.train_data import TrainItem  # noqa: E402
-from clawrl_app.engine.trainer import LORA_TARGETS  # noqa: E402
+from clawrl_app.engine.backends.pytorch.backend import TorchBackend  # noqa: E402
+from clawrl_app.engine.backends.pytorch.lora_merge import merged_copy  # noqa: E402
+from clawrl_app.engine.chat.formatter import ChatFormatter  # noqa: E402
+from clawrl_app.engine.training.losses import OBJECTIVES, LossConfig, rl_advantages  # noqa: E402
+from clawrl_app.engine.training.policy_forward import response_logprobs  # noqa: E402
+from clawrl_app.engine.training.train_data import TrainItem  # noqa: E402
+from clawrl_app.engine.training.trainer import LORA_TARGETS  # noqa: E402
 from clawrl_app.models import ResolvedModel, load_model  # noqa: E402
 from tests.conftest import start_engine  # noqa: E402
 from tests.random_model import LlamaShape, save_random_llama  # noqa: E402
@@ -344,7 +344,7 @@ def test_lora_trainer_step_changes_every_lora_parameter(model_dir: Path) -> None
 def test_qlora_loads_in_4bit_and_steps(model_dir: Path) -> None:
     import bitsandbytes as bnb
 
-    from clawrl_app.engine.trainer import load_4bit
+    from clawrl_app.engine.training.trainer import load_4bit
 
     base, tok = load_4bit(model_dir)
     four_bit = [m for m in base.modules() if isinstance(m, bnb.nn.Linear4bit)]

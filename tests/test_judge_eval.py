@@ -12,7 +12,7 @@ import pytest
 
 from clawrl_app.cli import main
 from clawrl_app.config import UPSTREAM_ENV
-from clawrl_app.engine.judge import HeuristicJudge
+from clawrl_app.engine.judging.judge import HeuristicJudge
 from clawrl_app.judge_eval import (
     EvalReport,
     LabelledFileError,

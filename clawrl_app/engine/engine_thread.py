@@ -12,7 +12,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from clawrl_app.config import Settings
-from clawrl_app.engine.events import EventSink
+from clawrl_app.engine.core.events import EventSink
 from clawrl_app.engine.orchestrator import Engine
 from clawrl_app.paths import AppPaths
 

@@ -18,17 +18,17 @@ from typing import Any
 from clawrl_app.api_key import get_api_key, is_loopback
 from clawrl_app.config import Settings
 from clawrl_app.cpu_backend import llamacpp_installed, with_cpu_backend
-from clawrl_app.engine.api import create_app
-from clawrl_app.engine.backend_setup import build_backend, canary_tolerance
+from clawrl_app.engine.admin.routes import engine_routers
 from clawrl_app.engine.backends.base import Backend
-from clawrl_app.engine.chat_format import ChatFormatter
-from clawrl_app.engine.chat_service import ChatService
-from clawrl_app.engine.checkpoints import newest_resumable
-from clawrl_app.engine.collector import Collector
-from clawrl_app.engine.cpu_share import BusyFlag, ServingActivity
-from clawrl_app.engine.env_jobs import EnvJobs
-from clawrl_app.engine.event_log import EventLog
-from clawrl_app.engine.events import (
+from clawrl_app.engine.backends.setup import build_backend, canary_tolerance
+from clawrl_app.engine.chat.formatter import ChatFormatter
+from clawrl_app.engine.chat.openai_schema import ApiError
+from clawrl_app.engine.collecting.collector import Collector
+from clawrl_app.engine.collecting.event_log import EventLog
+from clawrl_app.engine.collecting.storage_watch import StorageWatch
+from clawrl_app.engine.core.checkpoints import newest_resumable
+from clawrl_app.engine.core.cpu_share import BusyFlag, ServingActivity
+from clawrl_app.engine.core.events import (
     Event,
     EventSink,
     RolledBack,
@@ -39,21 +39,22 @@ from clawrl_app.engine.events import (
     TurnRecorded,
     fan_out,
 )
-from clawrl_app.engine.feedback import Feedback, apply_feedback, parse_feedback
-from clawrl_app.engine.guard import RegressionGuard
-from clawrl_app.engine.http_server import HttpServer, bind_socket
-from clawrl_app.engine.judge import JudgeLoop, build_judge
-from clawrl_app.engine.openai_schema import ApiError
-from clawrl_app.engine.publisher import Publisher
-from clawrl_app.engine.retention import prune
-from clawrl_app.engine.rollback import RollbackError, choose_target
-from clawrl_app.engine.sampling_defaults import OPENAI_DEFAULTS, recommended_defaults
-from clawrl_app.engine.schedule import gate
-from clawrl_app.engine.storage_watch import StorageWatch
+from clawrl_app.engine.environments.jobs import EnvJobs
+from clawrl_app.engine.judging.feedback import Feedback, apply_feedback, parse_feedback
+from clawrl_app.engine.judging.judge import JudgeLoop, build_judge
+from clawrl_app.engine.publishing.guard import RegressionGuard
+from clawrl_app.engine.publishing.publisher import Publisher
+from clawrl_app.engine.publishing.retention import prune
+from clawrl_app.engine.publishing.rollback import RollbackError, choose_target
+from clawrl_app.engine.serving.api import create_app
+from clawrl_app.engine.serving.chat_service import ChatService
+from clawrl_app.engine.serving.http_server import HttpServer, bind_socket
+from clawrl_app.engine.serving.sampling_defaults import OPENAI_DEFAULTS, recommended_defaults
 from clawrl_app.engine.store import DeletedSession, JudgmentRow, Store, StoreError
 from clawrl_app.engine.store.faults import log_failure
-from clawrl_app.engine.trainer_config import TOPK_METHODS, TrainerConfig, tis_cap
-from clawrl_app.engine.trainer_supervisor import TrainerSupervisor
+from clawrl_app.engine.training.config import TOPK_METHODS, TrainerConfig, tis_cap
+from clawrl_app.engine.training.schedule import gate
+from clawrl_app.engine.training.supervisor import TrainerSupervisor
 from clawrl_app.hardware import ModelInfo, Plan, inventory, plan
 from clawrl_app.models import (
     ResolvedModel,
@@ -226,7 +227,7 @@ class Engine:
             ready=self.ready,
             feedback=self._feedback_route,
             rollback=self._rollback_route,
-            engine=self,
+            routers=engine_routers(self, s.server.max_body_bytes),
             bind_host=s.server.host,
             allowed_hosts=s.server.allowed_hosts,
             allowed_origins=s.server.allowed_origins,

@@ -20,7 +20,7 @@ marker contains nothing a rule matches):
   value of 4+ characters that is not a call (`get_password()`)
 - `email`: e-mail addresses (not `git@host`)
 - `card`: payment card numbers (13-19 digits, optionally in groups) that pass the Luhn
-  check, so order and tracking numbers stay
+  check, so order and tracking numbers stay; never digits inside a word (ids, hashes)
 - `phone`: `+` followed by 8-15 digits (separators allowed), or 10-11 digits written in
   2+ groups (`(555) 123-4567`, `030 1234 5678`); never dates, times, versions, IPs or prices
 
@@ -165,7 +165,9 @@ _BUILTIN: tuple[tuple[str, str, Replacer], ...] = (
         r"(?<![\w.+-])(?!git@)[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b",
         _whole("email"),
     ),
-    ("card", r"(?<![\d.,-])\d(?:[ -]?\d){12,18}(?![\d.,-]?\d)", _card),
+    # standing alone, like a phone number: a digit run inside a word (the hex of an id or a
+    # hash, `call_aa54f2971155451388ca8931`) is no card, even when it passes the Luhn check
+    ("card", r"(?<![\w.,-])\d(?:[ -]?\d){12,18}(?!\w|[.,-]\d)", _card),
     (
         "phone",
         r"(?<![\w.+/:-])(?:\+\d{1,3}[ .-]?(?:\(\d{1,4}\)[ .-]?)?\d{2,4}(?:[ .-]?\d{2,4}){1,4}"

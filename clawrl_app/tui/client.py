@@ -1,8 +1,9 @@
 """How the UI talks to an engine: in process (`LocalClient`) or over admin HTTP (`HttpClient`).
 
 Every method is blocking; screens call them from thread workers, never on the event loop.
-Both clients return the same JSON-shaped dicts (built by `clawrl_app.engine.admin_api`), and
-deliver engine events to one callback as `(kind, payload)` from a background thread.
+Both clients return the same JSON-shaped dicts (built by `clawrl_app.engine.wire.admin` and
+`clawrl_app.engine.admin.routes`), and deliver engine events to one callback as
+`(kind, payload)` from a background thread.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
-from clawrl_app.engine import admin_api
-from clawrl_app.engine.env_api import JobIn
-from clawrl_app.engine.env_jobs import EnvJobs, JobRequest
-from clawrl_app.engine.openai_schema import ApiError
+from clawrl_app.engine.admin import routes as admin
+from clawrl_app.engine.admin.env_routes import JobIn
+from clawrl_app.engine.chat.openai_schema import ApiError
+from clawrl_app.engine.environments.jobs import EnvJobs, JobRequest
 from clawrl_app.engine.store import Store
+from clawrl_app.engine.wire import admin as shapes
 
 if TYPE_CHECKING:
     from clawrl_app.engine.engine_thread import EngineThread
@@ -42,7 +44,7 @@ class EngineClient(Protocol):
     def session_detail(self, session_id: str) -> dict[str, Any] | None: ...
     def set_review(self, session_id: str, state: str) -> None: ...
     def delete_session(self, session_id: str) -> dict[str, Any] | None:
-        """Delete the session and everything derived (admin_api.deleted_json); None if unknown."""
+        """Delete the session and everything derived (shapes.deleted_json); None if unknown."""
         ...
 
     def rate(self, session_id: str, turn_id: int, rating: int, hint: str | None = None) -> None: ...
@@ -54,7 +56,7 @@ class EngineClient(Protocol):
     def chat_stream(self, messages: list[dict[str, Any]], session_id: str) -> Iterator[str]: ...
     def compare(self, a: str, b: str, last: int = 5, max_tokens: int = 128) -> dict[str, Any]:
         """Greedy answers of versions a and b to the last `last` real prompts, never recorded
-        (admin_api.compare_json); raises with the engine's reason (e.g. a version not loaded)."""
+        (admin.compare_json); raises with the engine's reason (e.g. a version not loaded)."""
         ...
 
     def env_overview(self) -> dict[str, Any]: ...
@@ -113,30 +115,30 @@ class LocalClient:
         return self.engine.store
 
     def status(self) -> dict[str, Any]:
-        return admin_api.overview(self.engine)
+        return admin.overview(self.engine)
 
     def sessions(self, review_state: str | None = None) -> list[dict[str, Any]]:
-        return admin_api.session_summaries(self._store, review_state)
+        return shapes.session_summaries(self._store, review_state)
 
     def session_detail(self, session_id: str) -> dict[str, Any] | None:
-        return admin_api.session_detail(self._store, session_id)
+        return shapes.session_detail(self._store, session_id)
 
     def set_review(self, session_id: str, state: str) -> None:
         self._store.set_review_state(session_id, state)
 
     def delete_session(self, session_id: str) -> dict[str, Any] | None:
         gone = self.engine.delete_session(session_id)
-        return admin_api.deleted_json(gone) if gone is not None else None
+        return shapes.deleted_json(gone) if gone is not None else None
 
     def rate(self, session_id: str, turn_id: int, rating: int, hint: str | None = None) -> None:
         self.thread.call(self.engine.rate_turn(session_id, None, rating, hint, turn_id=turn_id))
 
     def checkpoints(self) -> list[dict[str, Any]]:
         served = self.engine.backend.active_version if self.engine.backend else None
-        return admin_api.checkpoint_rows(self._store, served)
+        return shapes.checkpoint_rows(self._store, served)
 
     def metrics(self, names: tuple[str, ...] = CURVES) -> dict[str, list[list[float]]]:
-        return admin_api.metric_series(self._store, list(names))
+        return shapes.metric_series(self._store, list(names))
 
     def rollback(
         self, version: str | None = None, before_session: str | None = None
@@ -149,7 +151,7 @@ class LocalClient:
     def compare(self, a: str, b: str, last: int = 5, max_tokens: int = 128) -> dict[str, Any]:
         body = {"a": a, "b": b, "last": last, "max_tokens": max_tokens}
         try:
-            return self.thread.call(admin_api.compare_json(self.engine, body), timeout=900)
+            return self.thread.call(admin.compare_json(self.engine, body), timeout=900)
         except ApiError as exc:
             raise RuntimeError(exc.message) from None
 

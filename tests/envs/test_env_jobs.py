@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from clawrl_app.engine.env_jobs import round_figures
+from clawrl_app.engine.environments.jobs import round_figures
 from tests.conftest import start_engine
 
 pytestmark = pytest.mark.slow

@@ -191,6 +191,7 @@ def test_a_patch_that_does_not_apply_is_a_failure_not_an_infra_error(sandbox: Sa
     assert SweEnv().outcome_reward(v) == -1.0
 
 
+REPO = Path(__file__).resolve().parents[2]
 REMOVE = """
 import os, sys
 from pathlib import Path
@@ -211,6 +212,15 @@ def test_removing_a_locked_workspace_never_touches_a_linked_host_file() -> None:
         (top / "ws" / "d").mkdir(parents=True)
         (top / "ws" / "d" / "link").symlink_to(outside)
         os.chmod(top / "ws" / "d", 0o555)
+        # The child imports the app from a copy inside `top`: the checkout may sit in a
+        # folder `nobody` cannot enter (a `mktemp -d` clone is 0700).
+        code = top / "code"
+        shutil.copytree(REPO / "clawrl_app", code / "clawrl_app",
+                        ignore=shutil.ignore_patterns("__pycache__", "data"))  # fmt: skip
+        for d, _, files in os.walk(code):
+            os.chmod(d, 0o755)
+            for f in files:
+                os.chmod(Path(d) / f, 0o644)
         argv = [sys.executable, "-c", REMOVE, str(top)]
         if os.geteuid() == 0:
             for p in (top, outside, top / "ws", top / "ws" / "d"):
@@ -226,7 +236,7 @@ def test_removing_a_locked_workspace_never_touches_a_linked_host_file() -> None:
                 "/usr/bin/python3",
                 *argv[1:],
             ]  # fmt: skip  (root's own Python: unreadable)
-        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(code)}
         r = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
         assert r.returncode == 0, r.stderr
         assert not (top / "ws").exists() and oct(outside.stat().st_mode & 0o777) == "0o600"

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clawrl_app.engine.checkpoints import MANIFEST, read_manifest
+from clawrl_app.engine.core.checkpoints import MANIFEST, read_manifest
 from clawrl_app.engine.store import Store, TurnRow
 from tests.reliability.chat_client import Answered, Rated
 

@@ -182,13 +182,15 @@ def test_loopback_hosts_pass(engine: Any, host: str) -> None:
     [("[::1]:30000", "::1"), ("LocalHost.:80", "localhost"), ("a.lan", "a.lan"), ("::1", "::1")],
 )
 def test_host_name_strips_port_and_brackets(header: str, name: str) -> None:
-    from clawrl_app.engine.web_guard import host_name  # here: the other tests run without it
+    from clawrl_app.engine.serving.web_guard import (
+        host_name,  # here: the other tests run without it
+    )
 
     assert host_name(header) == name
 
 
 def test_policy_names() -> None:
-    from clawrl_app.engine.web_guard import GuardPolicy
+    from clawrl_app.engine.serving.web_guard import GuardPolicy
 
     policy = GuardPolicy.build("mybox.lan", ["Other.Lan:8080"])
     for ok in ("mybox.lan:30000", "other.lan", "192.168.1.5:30000", "[fe80::1]:1", "localhost"):

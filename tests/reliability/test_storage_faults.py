@@ -36,8 +36,13 @@ import numpy as np
 import openai
 import pytest
 
-from clawrl_app.engine.checkpoints import MANIFEST, Manifest, newest_resumable, write_checkpoint
-from clawrl_app.engine.events import LoopFailed, StoreFailed, StoreRecovered
+from clawrl_app.engine.core.checkpoints import (
+    MANIFEST,
+    Manifest,
+    newest_resumable,
+    write_checkpoint,
+)
+from clawrl_app.engine.core.events import LoopFailed, StoreFailed, StoreRecovered
 from clawrl_app.engine.store import Store
 from clawrl_app.models import ResolvedModel, load_model
 from clawrl_app.paths import app_paths

@@ -31,8 +31,8 @@ from clawrl_app.engine.backends.base import (
     SamplingParams,
     TokenOut,
 )
-from clawrl_app.engine.backends.torch_backend import TorchBackend
-from clawrl_app.engine.chat_format import ChatFormatter
+from clawrl_app.engine.backends.pytorch.backend import TorchBackend
+from clawrl_app.engine.chat.formatter import ChatFormatter
 from tests.conftest import start_engine, wait_for
 
 pytestmark = pytest.mark.slow

@@ -14,14 +14,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from clawrl_app.engine.checkpoints import Manifest, clean_unregistered, write_checkpoint
-from clawrl_app.engine.trainer_lease import OwnerLease, hold_trainer_lock, owner_alive
+from clawrl_app.engine.core.checkpoints import Manifest, clean_unregistered, write_checkpoint
+from clawrl_app.engine.training.lease import OwnerLease, hold_trainer_lock, owner_alive
 
 ENGINE = """
 import sys, time
 from pathlib import Path
-from clawrl_app.engine.checkpoints import Manifest, clean_unregistered, write_checkpoint
-from clawrl_app.engine.trainer_lease import OwnerLease
+from clawrl_app.engine.core.checkpoints import Manifest, clean_unregistered, write_checkpoint
+from clawrl_app.engine.training.lease import OwnerLease
 lease = OwnerLease(Path(sys.argv[1]))
 print(lease.acquire(), flush=True)
 time.sleep(600)
@@ -29,8 +29,8 @@ time.sleep(600)
 OLD_TRAINER = """
 import sys, time
 from pathlib import Path
-from clawrl_app.engine.checkpoints import Manifest, clean_unregistered, write_checkpoint
-from clawrl_app.engine.trainer_lease import hold_trainer_lock
+from clawrl_app.engine.core.checkpoints import Manifest, clean_unregistered, write_checkpoint
+from clawrl_app.engine.training.lease import hold_trainer_lock
 hold_trainer_lock(Path(sys.argv[1]))
 print("locked", flush=True)
 time.sleep(600)

@@ -26,7 +26,7 @@ def trainers(app: AppProcess) -> list[psutil.Process]:
             cmd = p.cmdline()
         except psutil.Error:
             continue
-        if cmd[1:3] == ["-m", "clawrl_app.engine.trainer"]:
+        if cmd[1:3] == ["-m", "clawrl_app.engine.training.trainer"]:
             out.append(p)
     return out
 

@@ -25,7 +25,7 @@ import llguidance
 import torch
 
 from clawrl_app.engine.backends.base import BackendError
-from clawrl_app.engine.tool_constraint import grammar_of
+from clawrl_app.engine.chat.tool_constraint import grammar_of
 
 log = logging.getLogger("clawrl.grammar")
 

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from clawrl_app.engine.temperature import is_greedy, logprob_temperature
+from clawrl_app.engine.chat.temperature import is_greedy, logprob_temperature
 
 __all__ = ["continuation_logprobs", "logprob_temperature", "sample_next"]
 

@@ -40,8 +40,8 @@ from clawrl_app.engine.backends.base import (
 from clawrl_app.engine.backends.grammar import GrammarCompiler, mask_logits
 from clawrl_app.engine.backends.sampling import sample_next
 from clawrl_app.engine.backends.torch_rows import BASE_VERSION, Row, RowStream
-from clawrl_app.engine.chat_format import eos_token_ids
-from clawrl_app.engine.repetition import repeating_tail
+from clawrl_app.engine.chat.formatter import eos_token_ids
+from clawrl_app.engine.chat.repetition import repeating_tail
 
 log = logging.getLogger("clawrl.worker_backend")
 # Under continuous user traffic, background work (teacher/canary scoring, judge votes) still

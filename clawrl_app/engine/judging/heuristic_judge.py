@@ -1,0 +1,320 @@
+"""A deterministic next-state classifier: the judge for policies too small to judge.
+
+A 135M model cannot score its own turns reliably, so for small policies the next state is
+classified by documented regexes instead (word boundaries, case-insensitive unless noted).
+
+Tool results (`role="tool"`):
+  -1 on an error signal (`TOOL_ERROR_PATTERNS`): a Python traceback, an exception or
+     `...Error` name (case-sensitive), `error:`, `ERROR`, `fatal:`, `failed`/`failure`,
+     `not found`, `No such file`, `permission denied`, a non-zero exit code/status,
+     a JSON `"error":` key whose value is not null/false/empty, `invalid`, `timed out`.
+     Zero-count phrases (`0 failed`, `no errors`) are removed first.
+  +1 on any other non-empty result; 0 on an empty one.
+  0 instead of +1/-1 when nothing but a transient or empty signal is there
+     (`TOOL_NEUTRAL_PATTERNS`: a timeout, a rate limit, 503, a reset connection, still
+     running, no matches): an error the answer did not cause, or nothing to judge.
+  Comments (`# ...`, `// ...`) and a listing of source code (its first line starts with
+  `def`, `class`, `import`, ...) are not error signals: they mention errors, not report them.
+User replies (`role="user"`), in this order:
+  -1 on a redo / correction / rephrase / complaint signal (`USER_NEGATIVE_PATTERNS`), a
+     dispute or change request without a keyword (`corrections.CONTRADICTION_PATTERNS`),
+     an "actually ..." correction, or "X, not Y" where the answer (or question) said Y;
+  +1 on acceptance, thanks or moving on (`USER_POSITIVE_PATTERNS`), or a short "and X?"
+     continuation of the same task;
+  -1 on a value that replaces the answer's (a time, day, month, date, number, a bare name,
+     a near-miss spelling: `reply_values`), or the previous question asked again;
+   0 otherwise. Negative signals win over politeness: "thanks, but that's wrong" is -1; the
+  contextual signals (replacement, repeated question) only count without a positive one.
+Hints (for OPD): a -1 user reply yields the user's own corrective words; a tool error
+yields "The previous tool call failed with: <first error line>. Fix the call."
+
+Known blind spots, measured on assets/judge_calibration.jsonl: sarcasm ("wow so fast
+now"), complaints in the user's own terms ("cant even see it on white"), missing items
+named without a keyword ("wheres the revenue"), thanks in other languages beyond a few,
+and tool errors worded without an error word.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from clawrl_app.engine.chat.messages import message_text
+from clawrl_app.engine.judging.corrections import (
+    actually_correction,
+    continuation,
+    contradiction,
+    repeated_question,
+    x_not_y,
+)
+from clawrl_app.engine.judging.prompts import JudgeInput
+from clawrl_app.engine.judging.reply_values import bare_name, near_miss, replacement_value
+
+HEURISTIC_RULES_VERSION = "heuristic-v2"
+"""Bump when any pattern below changes; recorded with every heuristic verdict."""
+
+_I = re.IGNORECASE
+_M = re.MULTILINE
+
+TOOL_ERROR_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("traceback", re.compile(r"\btraceback\b", _I)),
+    ("exception", re.compile(r"\b\w*Exception\b")),
+    ("error name", re.compile(r"\b\w*Error\b")),
+    ("error:", re.compile(r"\berror\s*:", _I)),
+    ("ERROR", re.compile(r"\bERROR\b")),
+    ("fatal:", re.compile(r"\bfatal\s*:", _I)),
+    ("failed", re.compile(r"\bfail(?:ed|ure|ing)\b", _I)),
+    ("not found", re.compile(r"\bnot found\b", _I)),
+    ("no such file", re.compile(r"\bno such file\b", _I)),
+    ("permission denied", re.compile(r"\bpermission denied\b", _I)),
+    (
+        "non-zero exit",
+        re.compile(
+            r"\bexit(?:ed)?(?: with)? (?:code|status)\s*[:=]?\s*(?!0\b)-?\d+|\bnon-?zero exit", _I
+        ),
+    ),
+    ("json error", re.compile(r'"error"\s*:(?!\s*(?:null\b|false\b|""|\[\s*\]|\{\s*\}))', _I)),
+    ("invalid", re.compile(r"\binvalid\b", _I)),
+    ("could not", re.compile(r"\b(?:could not|couldn'?t|cannot|unable to) \w+", _I)),
+    (
+        "unknown command",
+        re.compile(r"\bis not an? (?:\w+ )?command\b|\bunknown (?:command|option|flag)\b", _I),
+    ),
+]
+"""Error signals in a tool result, each with the name given as the verdict's reason."""
+
+TOOL_NEUTRAL_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("timed out", re.compile(r"\btimed out\b|\btimeout\b", _I)),
+    ("rate limit", re.compile(r"\brate.?limit", _I)),
+    ("retry later", re.compile(r"\bretry (?:in|later|after)\b|\btry again later\b", _I)),
+    ("unavailable", re.compile(r"\b50[234]\b|\bservice unavailable\b|\bbad gateway\b", _I)),
+    ("connection", re.compile(r"\bconnection (?:reset|refused|closed|aborted)\b", _I)),
+    ("still running", re.compile(r"\bstill running\b|\bin progress\b", _I)),
+    (
+        "no matches",
+        re.compile(r"^\s*(?:\[\s*\]|\{\s*\}|no (?:files|results|matches|items)\b.*)\s*$", _I),
+    ),
+]
+"""Transient or empty results: 0 when no error signal above is present."""
+
+_BENIGN_ZERO_RE = re.compile(r"\b(?:0|no|zero) (?:errors?|failures?|failed)\b", _I)
+_COMMENT_RE = re.compile(r"(?:^|\s)(?:#|//).*$", _M)
+_SOURCE_LISTING_RE = re.compile(
+    r"^\s*(?:(?:async )?def |class |import |from \S+ import |function |#include|package |"
+    r"public |const |let |var |@\w+)"
+)
+_TRACEBACK_RE = TOOL_ERROR_PATTERNS[0][1]
+
+USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("no", re.compile(r"^\s*(?:no|nope|nah)\b(?!\s+(?:problem|worries|need|rush)\b)", _I)),
+    ("wrong", re.compile(r"\bwrong\b", _I)),
+    ("incorrect", re.compile(r"\bincorrect\b", _I)),
+    ("not what I asked", re.compile(r"\bnot what i (?:asked|wanted|meant)\b", _I)),
+    ("try again", re.compile(r"\btry (?:it )?again\b", _I)),
+    ("again", re.compile(r"(?<!thanks )(?<!thank you )\bagain\b", _I)),
+    ("redo", re.compile(r"\bre-?do\b", _I)),
+    ("I said", re.compile(r"\bi said\b", _I)),
+    ("I asked", re.compile(r"\bi asked\b", _I)),
+    ("please don't", re.compile(r"\bplease (?:don'?t|do not)\b", _I)),
+    ("stop", re.compile(r"\bstop\b", _I)),
+    ("shorter", re.compile(r"\bshorter\b", _I)),
+    ("too long", re.compile(r"\btoo (?:long|short|verbose|wordy)\b", _I)),
+    ("instead", re.compile(r"\binstead\b", _I)),
+    ("should be", re.compile(r"\bshould be\b", _I)),
+    ("you forgot", re.compile(r"\b(?:you|u) (?:forgot|missed|didn'?t)\b", _I)),
+    (
+        "doesn't work",
+        re.compile(
+            r"\b(?:doesn'?t|does not|didn'?t|did not|isn'?t|is not|not) work(?:s|ing)?\b", _I
+        ),
+    ),
+    ("broken", re.compile(r"\b(?:still )?broken\b|\bstill (?:fails|failing)\b", _I)),
+    (
+        "reports an error",
+        re.compile(
+            r"\b(?:i get|i got|getting|it throws|throws|threw|gives me) (?:an? |the )?"
+            r"(?:error|exception|traceback)\b",
+            _I,
+        ),
+    ),
+]
+"""Redo / correction / complaint signals in a user reply."""
+
+USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("thanks", re.compile(r"\b(?:thanks|thank you|thx|ty|tysm|cheers|merci|gracias|danke)\b", _I)),
+    ("great", re.compile(r"\bgreat\b", _I)),
+    ("perfect", re.compile(r"\bperfect\b", _I)),
+    ("that works", re.compile(r"\b(?:that|this|it) works\b|^\W*works\b", _I)),
+    ("exactly", re.compile(r"\bexactly\b", _I)),
+    ("awesome", re.compile(r"\bawesome\b", _I)),
+    ("got it", re.compile(r"\bgot it\b", _I)),
+    ("nice", re.compile(r"\bnice\b", _I)),
+    ("cool", re.compile(r"\bcool\b", _I)),
+    ("looks good", re.compile(r"\blooks good\b|\blgtm\b|\bsounds good\b|\bis fine\b", _I)),
+    ("excellent", re.compile(r"\bexcellent\b", _I)),
+    ("next,", re.compile(r"\bnext\s*[,:]", _I)),
+    ("now let's", re.compile(r"\bnow let'?s\b", _I)),
+    ("ok, now", re.compile(r"\b(?:ok|okay)\s*,?\s*now\b", _I)),
+    ("love it", re.compile(r"\blove (?:it|this|that)\b", _I)),
+    ("sweet", re.compile(r"\b(?:sweet|neat|good one|much better|not bad)\b", _I)),
+    (
+        "it worked",
+        re.compile(
+            r"\b(?:that|it) (?:did it|did the trick|was it)\b|\b(?:fixed|solved|worked)\b|"
+            r"\b(?:they|tests?|it|all) pass(?:es|ed)?\b|\b(?:is|are|all|now) green\b",
+            _I,
+        ),
+    ),
+    (
+        "uses it",
+        re.compile(
+            r"\bi'?ll use (?:it|this|that)\b|\busing (?:it|this|that)\b|^\W*sent\b|"
+            r"\bsending it\b|\bdoing it now\b|\bas you said\b|\w+ it is\W*$",
+            _I,
+        ),
+    ),
+    ("emoji", re.compile("[\U0001f44d\U0001f64c\U0001f4aa\U0001f525\U0001f389\u2705\U0001f64f]")),
+]
+"""Acceptance / thanks / moving-on signals in a user reply."""
+
+# Leading filler stripped from a corrective reply before it becomes a hint.
+_FILLER_RE = re.compile(
+    r"^\s*(?:no|nope|nah|wrong|that'?s wrong|that is wrong|incorrect|that'?s incorrect|"
+    r"not quite|hmm+|ugh|thanks|thank you|ok|okay)\b\s*[,.!:;-]*\s*(?:but\s+)?",
+    _I,
+)
+_SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
+_MIN_HINT_CHARS = 10
+_MAX_ERROR_LINE_CHARS = 200
+
+
+@dataclass(frozen=True)
+class HeuristicVerdict:
+    """The heuristic's score in {-1, 0, 1}, why, and an OPD hint for -1 verdicts."""
+
+    score: int
+    reason: str
+    hint: str | None = None
+
+
+def first_match(text: str, patterns: list[tuple[str, re.Pattern[str]]]) -> str | None:
+    """The name of the first pattern that matches `text`, or None."""
+    for name, pattern in patterns:
+        if pattern.search(text):
+            return name
+    return None
+
+
+def classify_next_state(
+    role: str, text: str, *, answer: str = "", question: str = ""
+) -> HeuristicVerdict:
+    """Score a turn from its next state (see the module docstring for the rules).
+
+    `answer` (the answer's visible text) and `question` (the last user message before it)
+    let a user reply be read against them: a replaced value, "X, not Y", a repeated
+    question. Without them only the reply's own words count.
+    """
+    if role == "tool":
+        return _classify_tool(text)
+    if role == "user":
+        return _classify_user(text, answer, question)
+    return HeuristicVerdict(0, f"unknown next-state role {role!r}")
+
+
+def classify_turn(inp: JudgeInput) -> HeuristicVerdict:
+    """Score a judged turn: its next state read against the answer and the question."""
+    return classify_next_state(
+        inp.next_state_role,
+        inp.next_state_text,
+        answer=inp.answer_text,
+        question=last_user_message(inp.context),
+    )
+
+
+def last_user_message(context: list[dict[str, object]]) -> str:
+    """The text of the last user message in `context` ("" when there is none)."""
+    for message in reversed(context):
+        if message.get("role") == "user":
+            return message_text(message.get("content"))
+    return ""
+
+
+def _classify_tool(text: str) -> HeuristicVerdict:
+    if not text.strip():
+        return HeuristicVerdict(0, "empty tool result")
+    cleaned = _COMMENT_RE.sub("", _BENIGN_ZERO_RE.sub("", text))
+    if _SOURCE_LISTING_RE.match(cleaned) and not _TRACEBACK_RE.search(cleaned):
+        return HeuristicVerdict(1, "tool returned source code")
+    signal = first_match(cleaned, TOOL_ERROR_PATTERNS)
+    if signal is None:
+        neutral = first_match(cleaned, TOOL_NEUTRAL_PATTERNS)
+        if neutral is not None:
+            return HeuristicVerdict(0, f"tool result not caused by the answer: {neutral}")
+        return HeuristicVerdict(1, "tool returned a non-error result")
+    line = error_line(cleaned)
+    hint = f"The previous tool call failed with: {line}. Fix the call."
+    return HeuristicVerdict(-1, f"tool error signal: {signal}", hint)
+
+
+def error_line(text: str) -> str:
+    """The line that best states a tool error, at most 200 characters.
+
+    After a traceback, the last matching line (`ValueError: ...`); otherwise the first.
+    """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    matching = [line for line in lines if first_match(line, TOOL_ERROR_PATTERNS)]
+    if not matching:
+        line = lines[0] if lines else ""
+    elif _TRACEBACK_RE.search(text):
+        non_header = [m for m in matching if not _TRACEBACK_RE.search(m)]
+        line = (non_header or matching)[-1]
+    else:
+        line = matching[0]
+    return line[:_MAX_ERROR_LINE_CHARS].rstrip(" .")
+
+
+def _classify_user(text: str, answer: str, question: str) -> HeuristicVerdict:
+    negative = _strong_correction(text, answer, question)
+    if negative is not None:
+        return _negative(text, negative)
+    positive = first_match(text, USER_POSITIVE_PATTERNS)
+    if positive is not None:
+        return HeuristicVerdict(1, f"user acceptance signal: {positive}")
+    if continuation(text):
+        return HeuristicVerdict(1, "user continues the same task")
+    replaced = replacement_value(text, answer) or bare_name(text, answer) or near_miss(text, answer)
+    if replaced is not None:
+        return _negative(text, f"replaced {replaced}")
+    if repeated_question(text, question):
+        return _negative(text, "repeated question")
+    return HeuristicVerdict(0, "no clear signal in the user reply")
+
+
+def _strong_correction(text: str, answer: str, question: str) -> str | None:
+    """A correction signal that wins over politeness, or None."""
+    found = first_match(text, USER_NEGATIVE_PATTERNS) or contradiction(text)
+    if found is None and actually_correction(text):
+        found = "actually"
+    return found or x_not_y(text, answer, question)
+
+
+def _negative(text: str, signal: str) -> HeuristicVerdict:
+    return HeuristicVerdict(-1, f"user correction signal: {signal}", corrective_hint(text))
+
+
+def corrective_hint(text: str) -> str | None:
+    """The user's corrective words as a hint: fillers stripped, at most three sentences.
+
+    None when fewer than 10 characters remain.
+    """
+    remaining = " ".join(text.split())
+    while True:
+        stripped = _FILLER_RE.sub("", remaining, count=1)
+        if stripped == remaining:
+            break
+        remaining = stripped
+    sentences = [s for s in _SENTENCE_END_RE.split(remaining) if s]
+    hint = " ".join(sentences[:3]).strip()
+    if len(hint) < _MIN_HINT_CHARS:
+        return None
+    return hint[0].upper() + hint[1:]

@@ -1,0 +1,138 @@
+"""Per-token log-probs of recorded responses under the policy being trained (torch).
+
+One forward pass per micro-batch, built for speed and memory on a GPU:
+
+- The batch is left-padded (every sequence ends in the last column, `position_ids` count
+  from each sequence's first real token), so all responses end together and the model
+  projects only the T hidden states that predict them onto the vocabulary
+  (`logits_to_keep` as an index tensor, T being the longest response): prompt positions
+  never reach the lm_head. An index tensor rather than the int T+1: HF slices the hidden
+  states with it, and an int gives a strided view that turns the lm_head's matmul into a
+  batched one against a broadcast weight (8% of a CPU step in bench/train_step.py); the
+  index makes a contiguous copy, so it stays one plain matmul.
+- Log-probs are `z[token] - logsumexp(z)` on the temperature-scaled logits `z`, batched over
+  the micro-batch; `z` (float32) is the only B×T×V tensor kept for backward.
+- Every tensor is created on the model's device; nothing is read back to the host.
+
+Response tensors are (B, T): item b's r_b response tokens fill the *last* r_b columns, the
+left columns are padding (mask 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from clawrl_app.engine.training.losses import LossBatch
+from clawrl_app.engine.training.train_data import TrainItem
+
+PAD_ID = 0  # any valid id: padded positions are masked out of attention and of the loss
+
+
+@dataclass
+class ForwardOut:
+    """Response tensors of a micro-batch, left-padded to (B, T) (see the module docstring)."""
+
+    logprobs_BT: torch.Tensor  # differentiable log pi_theta of the recorded tokens
+    entropy_BT: torch.Tensor  # detached per-token entropy
+    mask_BT: torch.Tensor  # 1.0 on response tokens
+    old_logprobs_BT: torch.Tensor
+    teacher_logprobs_BT: torch.Tensor
+    rewards_B: torch.Tensor
+    has_reward_B: torch.Tensor
+    has_teacher_B: torch.Tensor
+    topk_student_BTK: torch.Tensor | None = None  # student log-probs over the teacher's top-k ids
+    topk_teacher_BTK: torch.Tensor | None = None
+
+    def loss_batch(self) -> LossBatch:
+        """These tensors as the objectives' input (losses.LossBatch)."""
+        return LossBatch(
+            logprobs_BT=self.logprobs_BT,
+            old_logprobs_BT=self.old_logprobs_BT,
+            mask_BT=self.mask_BT,
+            rewards_B=self.rewards_B,
+            has_reward_B=self.has_reward_B,
+            teacher_logprobs_BT=self.teacher_logprobs_BT,
+            has_teacher_B=self.has_teacher_B,
+            entropy_BT=self.entropy_BT,
+            topk_teacher_logprobs_BTK=self.topk_teacher_BTK,
+            topk_student_logprobs_BTK=self.topk_student_BTK,
+        )
+
+
+def _left_pad(row: Sequence[Any], width: int, fill: Any) -> list[Any]:
+    """`row` right-aligned in `width` entries, `fill` on the left."""
+    return [fill] * (width - len(row)) + list(row)
+
+
+def response_logprobs(
+    model: Any, items: Sequence[TrainItem], device: torch.device | str
+) -> ForwardOut:
+    """One forward pass over prompt+response; log-softmax at each item's sampling temperature
+    (the behaviour convention of the serving backend), gathered at the response tokens."""
+    dev = torch.device(device)
+    f32 = torch.float32
+    L = max(it.tokens for it in items)
+    T = max(len(it.response_ids) for it in items)
+    seqs = [it.prompt_ids + it.response_ids for it in items]
+    ids_BL = torch.tensor(
+        [_left_pad(s, L, PAD_ID) for s in seqs], dtype=torch.long, device=dev
+    )  # (B, L)
+    seq_len_B = torch.tensor([len(s) for s in seqs], dtype=torch.long, device=dev)  # (B,)
+    resp_len_B = torch.tensor([len(it.response_ids) for it in items], device=dev)  # (B,)
+    attn_BL = (torch.arange(L, device=dev) >= L - seq_len_B[:, None]).long()  # (B, L)
+    pos_BL = (attn_BL.cumsum(-1) - 1).clamp(min=0)  # (B, L); 0.. from the first real token
+    logits = model(
+        input_ids=ids_BL,
+        attention_mask=attn_BL,
+        position_ids=pos_BL,
+        use_cache=False,  # training: no KV cache to build
+        logits_to_keep=torch.arange(L - T - 1, L - 1, device=dev),  # predict the last T
+    ).logits  # (B, T, V)
+    if logits.shape[1] != T:  # a model (or transformers < 4.50) that ignores logits_to_keep
+        logits = logits[:, L - T - 1 : L - 1]
+    temp_B11 = torch.tensor([it.temperature for it in items], dtype=f32, device=dev)[:, None, None]
+    # bf16/fp32 logits / fp32 temperature -> one float32 (B, T, V) tensor (type promotion)
+    z_BTV = logits / temp_B11  # (B, T, V)
+    del logits
+    lse_BT = torch.logsumexp(z_BTV, dim=-1)  # (B, T)
+    target_BT = ids_BL[:, L - T :]  # (B, T); padding ids where a response is shorter
+    logprobs_BT = z_BTV.gather(-1, target_BT[..., None]).squeeze(-1) - lse_BT  # (B, T)
+    with torch.no_grad():
+        # H = sum_v -p_v ln p_v, in place in one transient (B, T, V) buffer; as exact as
+        # -sum(exp(logp) * logp) (lse - sum(p z) loses ~1e-4 to cancellation)
+        probs_BTV = torch.softmax(z_BTV, dim=-1)  # (B, T, V)
+        entropy_BT = torch.special.entr(probs_BTV, out=probs_BTV).sum(-1)  # (B, T)
+        del probs_BTV
+    mask_BT = (torch.arange(T, device=dev) >= T - resp_len_B[:, None]).to(f32)  # (B, T)
+    old = [_left_pad(it.old_logprobs, T, 0.0) for it in items]
+    old_BT = torch.tensor(old, dtype=f32, device=dev)  # (B, T)
+    teacher = [_left_pad(it.teacher_logprobs or [], T, 0.0) for it in items]
+    teacher_BT = torch.tensor(teacher, dtype=f32, device=dev)  # (B, T)
+    K = max((len(it.teacher_topk_ids[0]) for it in items if it.teacher_topk_ids), default=0)
+    student_k = teacher_k = None
+    if K:
+        ids = [_left_pad(it.teacher_topk_ids or [], T, [PAD_ID] * K) for it in items]
+        ids_BTK = torch.tensor(ids, dtype=torch.long, device=dev)  # (B, T, K)
+        student_k = z_BTV.gather(-1, ids_BTK) - lse_BT[..., None]  # (B, T, K)
+        lps = [_left_pad(it.teacher_topk_logprobs or [], T, [0.0] * K) for it in items]
+        teacher_k = torch.tensor(lps, dtype=f32, device=dev)  # (B, T, K)
+    return ForwardOut(
+        logprobs_BT=logprobs_BT,
+        entropy_BT=entropy_BT,
+        mask_BT=mask_BT,
+        old_logprobs_BT=old_BT,
+        teacher_logprobs_BT=teacher_BT,
+        rewards_B=torch.tensor([it.reward for it in items], dtype=f32, device=dev),
+        has_reward_B=torch.tensor([it.has_reward for it in items], dtype=torch.bool, device=dev),
+        has_teacher_B=torch.tensor(
+            [it.teacher_logprobs is not None or it.teacher_topk_ids is not None for it in items],
+            dtype=torch.bool,
+            device=dev,
+        ),
+        topk_student_BTK=student_k,
+        topk_teacher_BTK=teacher_k,
+    )

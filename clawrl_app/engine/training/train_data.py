@@ -1,0 +1,118 @@
+"""From eligible store samples to training items (pure selection rules, no torch).
+
+A sample is used at most once; it is skipped, with the reason recorded, when its policy
+version is more than `max_staleness` versions old, when it carries no signal the method
+can use (reward 0 for `rl`, no teacher log-probs for `opd`), or when its arrays do not
+line up. The combine rule (REFERENCE §6): hint + r != 0 -> both signals; hint only -> OPD
+only; r != 0 only -> RL only; neither -> no sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from clawrl_app.engine.chat.temperature import logprob_temperature
+from clawrl_app.engine.core.checkpoints import version_number
+from clawrl_app.engine.store import JudgmentRow, SampleRow, TurnRow
+from clawrl_app.engine.training.config import TOPK_METHODS
+from clawrl_app.engine.training.losses import needs_reward
+from clawrl_app.privacy.redact import NOT_TRAINABLE_REASON
+
+
+@dataclass(frozen=True)
+class TrainItem:
+    """One judged turn ready for the loss: ids, behaviour log-probs and its signals."""
+
+    sample_id: int
+    session_id: str
+    prompt_ids: list[int]
+    response_ids: list[int]
+    old_logprobs: list[float]
+    temperature: float
+    reward: float
+    has_reward: bool
+    teacher_logprobs: list[float] | None
+    policy_version: str
+    teacher_topk_ids: list[list[int]] | None = None
+    teacher_topk_logprobs: list[list[float]] | None = None
+
+    @property
+    def tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.response_ids)
+
+
+@dataclass(frozen=True)
+class Skip:
+    sample_id: int
+    reason: str
+
+
+def build_item(
+    sample: SampleRow,
+    turn: TurnRow,
+    judgment: JudgmentRow,
+    method: str,
+    newest_version: int,
+    max_staleness: int,
+) -> TrainItem | Skip:
+    """The item for one sample under `method`, or why it is skipped; `newest_version` is
+    the number of the newest checkpoint (versions are numbered v1, v2, ...; base = 0)."""
+    age = newest_version - version_number(turn.policy_version)
+    if age > max_staleness:
+        return Skip(
+            sample.id,
+            f"stale: policy {turn.policy_version} is {age} versions old "
+            f"(train.max_staleness = {max_staleness})",
+        )
+    if turn.redacted:  # stored without ids (a user rating can revive its sample)
+        return Skip(sample.id, NOT_TRAINABLE_REASON)
+    if not turn.response_ids or len(turn.logprobs) != len(turn.response_ids):
+        return Skip(sample.id, "no response tokens or misaligned behaviour log-probs")
+    teacher = judgment.teacher_logprobs
+    if teacher is not None and len(teacher) != len(turn.response_ids):
+        teacher = None
+    reward = float(judgment.score)
+    use_rl = needs_reward(method) and reward != 0
+    topk = judgment.teacher_topk if method in TOPK_METHODS else None
+    if topk is not None and len(topk.get("ids", [])) != len(turn.response_ids):
+        topk = None
+    use_opd = method in ("opd", "combine") and teacher is not None or topk is not None
+    if not (use_rl or use_opd):
+        return Skip(
+            sample.id,
+            f"no signal for {method}: reward {reward:+g}, "
+            f"{'a' if teacher is not None else 'no'} hint",
+        )
+    return TrainItem(
+        sample_id=sample.id,
+        session_id=sample.session_id,
+        prompt_ids=list(turn.prompt_ids),
+        response_ids=list(turn.response_ids),
+        old_logprobs=list(turn.logprobs),
+        temperature=logprob_temperature(turn.request.get("temperature")),
+        reward=reward,
+        has_reward=use_rl,
+        teacher_logprobs=list(teacher) if use_opd and teacher else None,
+        policy_version=turn.policy_version,
+        teacher_topk_ids=topk["ids"] if topk else None,
+        teacher_topk_logprobs=topk["logprobs"] if topk else None,
+    )
+
+
+def micro_batches(items: Sequence[TrainItem], token_budget: int) -> list[list[TrainItem]]:
+    """Split a batch into micro-batches of at most `token_budget` padded tokens each
+    (B x longest sequence), keeping order; an item longer than the budget goes alone."""
+    out: list[list[TrainItem]] = []
+    current: list[TrainItem] = []
+    longest = 0
+    for item in items:
+        grown = max(longest, item.tokens)
+        if current and grown * (len(current) + 1) > token_budget:
+            out.append(current)
+            current, grown = [], item.tokens
+        current.append(item)
+        longest = grown
+    if current:
+        out.append(current)
+    return out

@@ -1,0 +1,476 @@
+"""The training process: eligible samples -> optimizer step -> checkpoint, in a loop.
+
+Runs as its own OS process (`accelerate launch -m clawrl_app.engine.training.trainer --config F`,
+started and supervised by the engine), so a crash or OOM never takes the endpoint down.
+The store is the only contract: it reads eligible samples, writes metrics, registers each
+checkpoint and marks the samples it consumed in one transaction. Resuming picks the last
+registered checkpoint (weights, optimizer, RNG, step, baseline), so no sample is trained
+twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from clawrl_app.engine.core.checkpoints import (
+    STATE,
+    Manifest,
+    clean_temp,
+    clean_unregistered,
+    next_version,
+    version_number,
+    write_checkpoint,
+)
+from clawrl_app.engine.core.cpu_share import BusyFlag, PauseBudget, wait_while_busy
+from clawrl_app.engine.store import Store
+from clawrl_app.engine.training.config import TrainerConfig
+from clawrl_app.engine.training.lease import hold_trainer_lock, owner_alive
+from clawrl_app.engine.training.losses import (
+    OBJECTIVES,
+    LossConfig,
+    ema_baseline_update,
+    rl_advantages,
+)
+from clawrl_app.engine.training.pause_points import install_pause_points
+from clawrl_app.engine.training.policy_forward import response_logprobs
+from clawrl_app.engine.training.train_data import Skip, TrainItem, build_item, micro_batches
+
+log = logging.getLogger("clawrl.trainer")
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+CANARY_PROMPTS = ["What is the capital of France?", "Write one sentence about the sea."]
+CANARY_RESPONSE = "Paris is the capital of France, and the sea is calm."
+
+
+# Non-reentrant checkpointing: works with inputs that need no grad and with hooks (pause points).
+CHECKPOINT_KWARGS = {"use_reentrant": False}
+
+
+def enable_checkpointing(model: Any, *, adapter: bool) -> None:
+    """Gradient checkpointing on a HF model (before peft wraps it). For an adapter the frozen
+    embeddings' output is made to require grad, as peft documents for checkpointing (needed
+    by the reentrant variant; a no-op for correctness with ours, at a negligible cost)."""
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x's name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=CHECKPOINT_KWARGS)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=CHECKPOINT_KWARGS)
+    if adapter:
+        model.enable_input_require_grads()
+
+
+def load_4bit(path: Path, device: str = "cuda", checkpointing: bool = False) -> tuple[Any, Any]:
+    """QLoRA: the base model in 4-bit NF4 (bitsandbytes), ready for LoRA training, with
+    gradient checkpointing only when the plan chose it (peft's default is always on). The
+    serving side serves exactly these weights, dequantized (engine/backends/pytorch/nf4_base.py)."""
+    from peft import prepare_model_for_kbit_training
+    from transformers import AutoTokenizer
+
+    from clawrl_app.engine.backends.pytorch.nf4_base import load_nf4
+
+    on_gpu = device.startswith("cuda")
+    model = load_nf4(
+        path, "cuda:0" if device == "cuda" else device, torch.bfloat16 if on_gpu else torch.float32
+    )
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    prepared = prepare_model_for_kbit_training(
+        model,
+        use_gradient_checkpointing=checkpointing,
+        gradient_checkpointing_kwargs=CHECKPOINT_KWARGS,
+    )
+    return prepared, tokenizer
+
+
+class EngineGone(Exception):
+    """The engine that started this trainer is gone (killed, or replaced by a newer one)."""
+
+
+class Trainer:
+    """Owns the model, the optimizer and the step counter of one training run."""
+
+    def __init__(self, cfg: TrainerConfig) -> None:
+        from accelerate import Accelerator
+
+        from clawrl_app.models import ResolvedModel, load_model
+
+        if cfg.mode == "qlora" and not torch.cuda.is_available():
+            # bitsandbytes 4-bit runs on a CPU too (the QLoRA tests use it), but slower
+            # than plain LoRA there: the plan refuses it on CPU machines, and so do we
+            raise SystemExit(
+                "train.mode = qlora needs CUDA (bitsandbytes 4-bit); use lora or full."
+            )
+        self.cfg = cfg
+        # before the store and the checkpoint folder: an old trainer may still finish a step
+        self._lock_fd = hold_trainer_lock(Path(cfg.lock_file)) if cfg.lock_file else None
+        self.accelerator = Accelerator(cpu=cfg.device == "cpu")
+        self.store = Store(Path(cfg.store_path))
+        self.root = Path(cfg.checkpoints_dir)
+        clean_temp(self.root)
+        if self._lock_fd is not None:  # the only trainer: what the store lacks is a leftover
+            registered = [Path(c.path) for c in self.store.list_checkpoints()]
+            for name in clean_unregistered(self.root, registered):
+                log.info("removed %s: written by a trainer killed before registering it", name)
+        torch.manual_seed(cfg.seed)
+        self.step = 0
+        self.baseline: float | None = None
+        parent_dir = self._resume_dir()
+        # full fine-tuning resumes from the checkpoint's own weights; LoRA from the base
+        weights = (
+            parent_dir if cfg.mode == "full" and parent_dir is not None else Path(cfg.model_path)
+        )
+        if cfg.mode == "qlora":
+            base, self.tokenizer = load_4bit(weights, cfg.device, cfg.gradient_checkpointing)
+        else:
+            resolved = ResolvedModel(weights, "local", weights.name, 0)
+            base, self.tokenizer = load_model(resolved, device=cfg.device)
+            if cfg.gradient_checkpointing:
+                enable_checkpointing(base, adapter=cfg.mode != "full")
+        model = self._wrap(base, parent_dir)
+        model.train()
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(
+            params, lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay
+        )
+        self.parent: str | None = None
+        self.optimizer = optimizer
+        if parent_dir is not None:
+            self._load_state(parent_dir)
+        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.device = self.accelerator.device
+        self.loss_cfg = LossConfig(tis_cap=cfg.tis_cap, w_rl=cfg.w_rl, w_opd=cfg.w_opd)
+        self.objective = self._objective()
+        self.pause_budget = PauseBudget(cfg.yield_max_s)
+        self._owner_checked = 0.0
+        self.serving: BusyFlag | None = None
+        if cfg.serving_flag_file and cfg.yield_max_s > 0:
+            try:
+                self.serving = BusyFlag(cfg.serving_flag_file)
+            except OSError as exc:  # no flag: train without pausing rather than not at all
+                log.warning("cannot open the serving flag (%s); steps will not pause", exc)
+            else:
+                install_pause_points(self.model, self.yield_to_serving)
+
+    def yield_to_serving(self) -> float:
+        """Sleep while the endpoint is answering (within this step's pause budget); raise
+        EngineGone at once if our engine died meanwhile (a new one may raise the flag)."""
+        if self.serving is None:
+            return 0.0
+        serving = self.serving
+
+        def busy() -> bool:
+            self.check_owner(every_s=1.0)
+            return serving.busy()
+
+        return wait_while_busy(busy, self.pause_budget)
+
+    # -- set-up ------------------------------------------------------------------------
+    def _objective(self) -> Any:
+        """The loss, chosen once: a user's custom loss file, or the method's objective."""
+        if self.cfg.custom_loss_path:
+            from clawrl_app.engine.core.plugins import load_function
+
+            return load_function(self.cfg.custom_loss_path, "loss")
+        return OBJECTIVES[self.cfg.method]
+
+    def _resume_dir(self) -> Path | None:
+        if self.cfg.resume_from == "none":
+            return None
+        rows = [
+            c
+            for c in self.store.list_checkpoints()
+            if c.status != "pruned" and Path(c.path).exists()
+        ]
+        if self.cfg.resume_from != "latest":
+            rows = [c for c in rows if c.version == self.cfg.resume_from]
+            if not rows:
+                raise SystemExit(f"checkpoint {self.cfg.resume_from} not found")
+        return Path(max(rows, key=lambda c: c.created).path) if rows else None
+
+    def _wrap(self, base: Any, resume: Path | None) -> Any:
+        if self.cfg.mode == "full":
+            for p in base.parameters():
+                p.requires_grad_(True)
+            return base
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        if resume is not None:
+            return PeftModel.from_pretrained(base, str(resume), is_trainable=True)
+        cfg = LoraConfig(
+            r=self.cfg.lora_rank,
+            lora_alpha=self.cfg.lora_alpha,
+            lora_dropout=0.0,
+            target_modules=LORA_TARGETS,
+            task_type="CAUSAL_LM",
+        )
+        return get_peft_model(base, cfg)
+
+    def _load_state(self, path: Path) -> None:
+        state = json.loads((path / STATE).read_text())
+        self.step, self.baseline, self.parent = state["step"], state["baseline"], state["version"]
+        self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+        rng = torch.load(path / "rng.pt", weights_only=False)
+        torch.set_rng_state(rng["torch"])
+        log.info("resumed from %s (step %d)", path.name, self.step)
+
+    # -- data --------------------------------------------------------------------------
+    def next_batch(self) -> list[TrainItem]:
+        """Up to batch_size usable items; unusable samples are skipped with their reason."""
+        items: list[TrainItem] = []
+        newest = max((version_number(c.version) for c in self.store.list_checkpoints()), default=0)
+        rows = self.store.trainable_samples(
+            self.cfg.batch_size * 4, approved_only=self.cfg.approved_only
+        )
+        for sample in rows:
+            turn, judgment = self.store.get_turn(sample.turn_id), self.store.get_judgment(sample.id)
+            if turn is None or judgment is None:
+                continue
+            got = build_item(
+                sample, turn, judgment, self.cfg.method, newest, self.cfg.max_staleness
+            )
+            if isinstance(got, Skip):
+                self.store.set_sample_state(got.sample_id, "skipped", got.reason)
+                continue
+            items.append(got)
+            if len(items) == self.cfg.batch_size:
+                break
+        return items
+
+    def still_allowed(self, items: list[TrainItem]) -> list[TrainItem]:
+        """Re-check review states right before the optimizer sees the batch."""
+        ok = []
+        for it in items:
+            sess = self.store.get_session(it.session_id)
+            if sess is None or sess.review_state == "excluded":
+                continue
+            if self.cfg.approved_only and sess.review_state != "approved":
+                continue
+            ok.append(it)
+        return ok
+
+    # -- one step ----------------------------------------------------------------------
+    def train_step(self, items: list[TrainItem]) -> dict[str, float]:
+        """`updates_per_batch` optimizer updates on one batch (the ratio to the behaviour
+        log-probs, and so the PPO clip, takes effect from the second); returns the step's
+        metrics (losses and statistics of the last update)."""
+        t0 = time.monotonic()
+        self.pause_budget.reset()
+        print(json.dumps({"event": "step_started", "step": self.step + 1}), flush=True)
+        self.baseline = (
+            ema_baseline_update(self.baseline, [it.reward for it in items if it.has_reward])
+            if any(it.has_reward for it in items)
+            else self.baseline
+        )
+        parts, grad_norm = self._update(items)
+        for _ in range(self.cfg.updates_per_batch - 1):  # more PPO-style passes, same batch
+            parts, grad_norm = self._update(items)
+        self.step += 1
+        totals = weighted_totals(parts)  # the step's one read-back (with grad_norm below)
+        rewards = [it.reward for it in items]
+        metrics = {
+            "loss": totals.get("loss", 0.0),
+            "pg_loss": totals.get("pg_loss", 0.0),
+            "clip_frac": totals.get("clip_frac", 0.0),
+            "ratio_mean": totals.get("ratio_mean", 1.0),
+            "kl": totals.get("kl", 0.0),
+            "entropy": totals.get("entropy", 0.0),
+            "reward/mean": sum(rewards) / len(rewards),
+            "adv/mean": totals.get("adv_mean", 0.0),
+            "adv/std": totals.get("adv_std", 0.0),
+            "samples/rl": float(sum(it.has_reward and it.teacher_logprobs is None for it in items)),
+            "samples/opd": float(
+                sum(not it.has_reward and it.teacher_logprobs is not None for it in items)
+            ),
+            "samples/both": float(
+                sum(it.has_reward and it.teacher_logprobs is not None for it in items)
+            ),
+            "tokens": float(sum(len(it.response_ids) for it in items)),
+            "optim/grad_norm": float(grad_norm),
+            "optim/lr": self.cfg.lr,
+            "optim/updates": float(self.cfg.updates_per_batch),
+            "time/step_s": time.monotonic() - t0,
+            "time/paused_s": self.pause_budget.paused_s,
+        }
+        return {k: v for k, v in metrics.items() if math.isfinite(v)}
+
+    def _update(self, items: list[TrainItem]) -> tuple[list[Any], torch.Tensor]:
+        """One optimizer update over the batch: forward/backward per micro-batch, clip, AdamW
+        step. Returns each micro-batch's (share, loss, stats) and the gradient norm."""
+        self.optimizer.zero_grad(set_to_none=True)
+        # Losses and statistics stay on the device until the optimizer step is queued: a
+        # read-back inside the loop would make the host wait for the GPU before each backward.
+        parts: list[tuple[float, torch.Tensor, Mapping[str, float]]] = []
+        for mb in micro_batches(items, self.cfg.token_budget):
+            out = response_logprobs(self.model, mb, self.device)
+            adv_B = rl_advantages(out.rewards_B, out.has_reward_B, self.cfg.baseline, self.baseline)  # type: ignore[arg-type]
+            result = self.objective(out.loss_batch(), self.loss_cfg, adv_B)
+            share = len(mb) / len(items)
+            self.accelerator.backward(result.loss * share)
+            parts.append((share, result.loss.detach(), result.stats))
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
+        self.optimizer.step()
+        return parts, grad_norm
+
+    def canary(self) -> list[dict[str, Any]]:
+        """Log-probs of a fixed response to fixed prompts under the new weights."""
+        from clawrl_app.engine.chat.formatter import ChatFormatter
+
+        fmt = ChatFormatter(self.tokenizer)
+        resp = list(self.tokenizer(CANARY_RESPONSE, add_special_tokens=False)["input_ids"])
+        out = []
+        self.model.eval()
+        with torch.no_grad():
+            for q in CANARY_PROMPTS:
+                prompt = fmt.render([{"role": "user", "content": q}])
+                item = TrainItem(0, "", prompt, resp, [0.0] * len(resp), 1.0, 0.0, False, None, "")
+                lps = response_logprobs(self.model, [item], self.device).logprobs_BT[0]
+                out.append({"prompt_ids": prompt, "response_ids": resp, "logprobs": lps.tolist()})
+        self.model.train()
+        return out
+
+    def save(self, items: list[TrainItem], metrics: dict[str, float]) -> str:
+        """Write the checkpoint, then register it and mark its samples in one transaction."""
+        version = next_version([c.version for c in self.store.list_checkpoints()])
+        sessions = sorted({it.session_id for it in items})
+        manifest = Manifest(
+            version,
+            self.step,
+            self.parent,
+            self.cfg.mode,
+            self.cfg.method,
+            metrics,
+            sessions,
+            [it.sample_id for it in items],
+            self.canary(),
+        )
+        state = {
+            "step": self.step,
+            "baseline": self.baseline,
+            "version": version,
+            "config": asdict(self.cfg),
+        }
+
+        def save_weights(d: Path) -> None:
+            self.accelerator.unwrap_model(self.model).save_pretrained(str(d))
+            if self.cfg.mode == "full":  # a full checkpoint is a complete model folder
+                self.tokenizer.save_pretrained(str(d))
+            (d / STATE).write_text(json.dumps(state, indent=1))
+
+        path = write_checkpoint(
+            self.root,
+            self.step,
+            self.cfg.mode,
+            save_weights,
+            {
+                "optimizer.pt": self.optimizer.state_dict(),
+                "rng.pt": {"torch": torch.get_rng_state()},
+            },
+            manifest,
+        )
+        with self.store.atomic():
+            self.store.register_checkpoint(
+                version, path, self.parent, self.step, metrics, sessions, manifest.samples
+            )
+            self.store.mark_trained(manifest.samples, version)
+            self.store.add_metrics(self.step, metrics, version=version)
+        self.parent = version
+        return version
+
+    # -- loop --------------------------------------------------------------------------
+    def allowed(self) -> bool:
+        """The engine's gate (schedule, idle time); a missing file means allowed."""
+        if not self.cfg.control_file or not os.path.exists(self.cfg.control_file):
+            return True
+        try:
+            return bool(json.loads(Path(self.cfg.control_file).read_text()).get("allowed", True))
+        except (OSError, ValueError):
+            return True
+
+    def check_owner(self, every_s: float = 0.0) -> None:
+        """Raise EngineGone once the engine that started this process is gone: an orphan
+        trainer must not train on or register anything; the next engine's trainer takes
+        over (it waits for this process to exit). Checks at most every `every_s`."""
+        if not self.cfg.owner_lease or not self.cfg.owner_token:
+            return
+        now = time.monotonic()
+        if now - self._owner_checked < every_s:
+            return
+        self._owner_checked = now
+        if not owner_alive(Path(self.cfg.owner_lease), self.cfg.owner_token):
+            raise EngineGone
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        except EngineGone:  # mid-step too: that step is dropped, nothing half-registered
+            log.info("the engine that started this trainer is gone; stopping")
+
+    def _loop(self) -> None:
+        while not self.cfg.max_steps or self.step < self.cfg.max_steps:
+            self.check_owner()
+            if not self.allowed():
+                time.sleep(self.cfg.poll_s)
+                continue
+            items = self.still_allowed(self.next_batch())
+            if len(items) < self.cfg.batch_size:
+                time.sleep(self.cfg.poll_s)
+                continue
+            metrics = self.train_step(items)
+            self.check_owner()  # a step is long: the engine may have died meanwhile
+            version = self.save(items, metrics)
+            print(
+                json.dumps(
+                    {"event": "checkpoint", "version": version, "step": self.step, **metrics}
+                ),
+                flush=True,
+            )
+
+
+def weighted_totals(
+    parts: list[tuple[float, torch.Tensor, Mapping[str, float]]],
+) -> dict[str, float]:
+    """Share-weighted sums over micro-batches of the loss and of each statistic."""
+    losses = torch.stack([loss.float() for _, loss, _ in parts]).tolist() if parts else []
+    totals: dict[str, float] = {}
+    for (share, _, stats), loss in zip(parts, losses, strict=True):
+        totals["loss"] = totals.get("loss", 0.0) + loss * share
+        for k, v in stats.items():
+            totals[k] = totals.get(k, 0.0) + float(v) * share
+    return totals
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="clawrl-trainer", description="clawrl-app training process")
+    ap.add_argument("--config", required=True, help="TrainerConfig JSON written by the engine")
+    args = ap.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    cfg = TrainerConfig(**json.loads(Path(args.config).read_text()))
+    if cfg.device == "cpu":
+        share_cpu_with_serving()
+    Trainer(cfg).run()
+    return 0
+
+
+def share_cpu_with_serving() -> None:
+    """On a CPU-only machine the trainer and the endpoint share the cores: the trainer runs
+    at low priority on half of them so chat answers stay responsive during a step."""
+    with contextlib.suppress(OSError):
+        os.nice(10)
+    torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

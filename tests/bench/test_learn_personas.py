@@ -1,0 +1,115 @@
+"""The benchmark's personas (bench/learn_personas.py): checkers, prompts and replies."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from learn_personas import (  # noqa: E402
+    PERSONAS,
+    bulleted_list,
+    calm_plain,
+    one_short_sentence,
+    summary_first,
+)
+
+from clawrl_app.engine.judging.heuristic_judge import classify_next_state  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        ("Photosynthesis turns light into sugar.", True),
+        ("Paris", True),
+        ("It is 3.14, roughly.", True),
+        ("", False),
+        ("One sentence. Two sentences.", False),
+        ("Line one\nline two", False),
+        (" ".join(["word"] * 21) + ".", False),
+    ],
+)
+def test_one_short_sentence(text: str, ok: bool) -> None:
+    assert one_short_sentence(text) is ok
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        ("- sleep early\n- no screens", True),
+        ("Here are some tips:\n* sleep early\n* no screens\n* dark room", True),
+        ("• one\n\n• two", True),
+        ("- only one bullet", False),
+        ("Sleep early and avoid screens.", False),
+        ("1. sleep early\n2. no screens", False),
+        ("- one\n- two\nHope this helps.", False),
+        ("Intro without colon\n- one\n- two", False),
+    ],
+)
+def test_bulleted_list(text: str, ok: bool) -> None:
+    assert bulleted_list(text) is ok
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        ("Water evaporates, condenses and falls as rain.\nThe sun heats the sea...", True),
+        ("Summary: water goes round in a cycle.\n\nFirst it evaporates from the sea.", True),
+        ("**TL;DR:** Loans are borrowed money repaid with interest.\nA bank lends you...", True),
+        ("Water evaporates, condenses and falls as rain.", False),
+        ("The water cycle is long. It has steps.\nFirst evaporation happens.", False),
+        ("- evaporation\n- condensation", False),
+        ("# The water cycle\nWater evaporates and falls.", False),
+        (" ".join(["word"] * 25) + ".\nMore detail here.", False),
+        ("Water goes round and round\nMore detail here.", False),
+    ],
+)
+def test_summary_first(text: str, ok: bool) -> None:
+    assert summary_first(text) is ok
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        ("Congratulations on the new puppy. Walk it daily.", True),
+        ("Congratulations!", False),
+        ("Congratulations \U0001f389", False),
+        ("Well done \u2764\ufe0f", False),
+        ("Nice work \u2b50", False),
+        ("", False),
+    ],
+)
+def test_calm_plain(text: str, ok: bool) -> None:
+    assert calm_plain(text) is ok
+
+
+@pytest.mark.parametrize("name", list(PERSONAS))
+def test_persona_prompts_and_sizes(name: str) -> None:
+    p = PERSONAS[name]
+    assert len(p.train_prompts) >= 32
+    assert len(p.heldout_prompts) >= 8
+    assert len(set(p.train_prompts)) == len(p.train_prompts)
+    assert not set(p.train_prompts) & set(p.heldout_prompts)
+    assert p.reaction("") == p.correction
+
+
+def test_at_least_four_personas_with_distinct_prompts() -> None:
+    assert len(PERSONAS) >= 4
+    all_heldout = [h for p in PERSONAS.values() for h in p.heldout_prompts]
+    all_train = {t for p in PERSONAS.values() for t in p.train_prompts}
+    assert not set(all_heldout) & all_train
+
+
+@pytest.mark.parametrize("name", list(PERSONAS))
+def test_replies_read_as_feedback_by_the_default_judge(name: str) -> None:
+    """Corrections score -1 (with a hint for OPD) and thanks +1 under the heuristic judge."""
+    p = PERSONAS[name]
+    prompt = p.train_prompts[0]
+    bad = classify_next_state("user", p.correction, answer="Some answer", question=prompt)
+    assert bad.score == -1 and bad.hint
+    good = classify_next_state("user", p.thanks, answer="Some answer", question=prompt)
+    assert good.score == 1
+    assert p.hint() == bad.hint  # the teacher column of the benchmark uses the judge's hint

@@ -1,0 +1,144 @@
+"""The regression guard's pure parts (held-out choice, preference agreement, the decision)
+and its store reads, on a real SQLite file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clawrl_app.config import GuardSettings
+from clawrl_app.engine.core.held_out import is_held_out
+from clawrl_app.engine.publishing.guard import (
+    GuardVerdict,
+    VersionScores,
+    decide,
+    preference_agreement,
+)
+from clawrl_app.engine.store import NewTurn, Store
+from clawrl_app.engine.store.samples import HOLDOUT_REASON
+
+
+def test_held_out_share_is_respected_and_fixed_per_turn() -> None:
+    keys = [f"session-{i}:{i % 7}" for i in range(4000)]
+    assert not any(is_held_out(k, 0.0) for k in keys)
+    share = sum(is_held_out(k, 0.1) for k in keys) / len(keys)
+    assert 0.08 < share < 0.12
+    assert [is_held_out(k, 0.1) for k in keys[:50]] == [is_held_out(k, 0.1) for k in keys[:50]]
+    assert all(is_held_out(k, 0.1) <= is_held_out(k, 0.3) for k in keys)  # a larger share adds
+
+
+def test_preference_agreement() -> None:
+    assert preference_agreement([0.2, -0.3], [1, -1]) == 1.0  # liked up, disliked down
+    assert preference_agreement([-0.2, 0.3], [1, -1]) == 0.0
+    assert preference_agreement([0.0, 0.00001], [1, -1]) == 0.5  # no change: no preference
+    assert preference_agreement([0.5, 0.5, -0.5, 0.0], [1, -1, -1, 1]) == 0.625
+    with pytest.raises(ValueError):
+        preference_agreement([], [])
+    with pytest.raises(ValueError):
+        preference_agreement([0.1], [1, 1])
+
+
+S = GuardSettings(min_personal_items=4, max_personal_drop=0.15, max_general_drop=0.05)
+
+
+def verdict(cand: VersionScores, served: VersionScores) -> GuardVerdict:
+    return decide(cand, served, S)
+
+
+def test_decide_refuses_a_drop_beyond_each_threshold() -> None:
+    served = VersionScores("v1", personal=0.7, personal_n=10, general=0.6, general_n=40)
+    ok = verdict(VersionScores("v2", 0.56, 10, 0.551, 40), served)
+    assert ok.passed and ok.reasons == []
+    general = verdict(VersionScores("v2", 0.9, 10, 0.54, 40), served)
+    assert not general.passed and general.reasons == [
+        "general score 0.54 < 0.60 (v1's) - 0.05 on 40 questions"
+    ]
+    both = verdict(VersionScores("v2", 0.5, 10, 0.3, 40), served)
+    assert not both.passed and len(both.reasons) == 2 and "personal" in both.reasons[0]
+    assert "v2 vs v1: personal 0.50 vs 0.70 (10 held-out turns)" in both.summary()
+
+
+def test_the_general_score_is_held_to_the_base_models() -> None:
+    served = VersionScores("v3", personal=0.6, personal_n=10, general=0.75, general_n=40)
+    noisy = VersionScores("v4", 0.6, 10, 0.68, 40)  # below a lucky v3, above base: fine
+    assert decide(noisy, served, S, base_general=0.6).passed
+    drifted = VersionScores("v4", 0.6, 10, 0.54, 40)
+    v = decide(drifted, served, S, base_general=0.6)
+    assert not v.passed and v.reasons == [
+        "general score 0.54 < 0.60 (base's) - 0.05 on 40 questions"
+    ]
+    assert not decide(noisy, served, S).passed  # base unknown: the served version's
+
+
+def test_too_few_held_out_turns_or_no_sets_never_refuse() -> None:
+    served = VersionScores("base", personal=0.5, personal_n=3, general=0.6, general_n=40)
+    assert verdict(VersionScores("v1", 0.0, 3, 0.6, 40), served).passed  # 3 < 4 turns
+    assert verdict(VersionScores("v1"), VersionScores("base")).passed  # nothing to score
+    assert not verdict(VersionScores("v1", 0.0, 4, 0.6, 40), served).passed
+
+
+def held_out_turn(store: Store, sid: str, holdout: bool) -> int:
+    store.ensure_session(sid, "test")
+    row = store.record_turn(
+        NewTurn(sid, "main", {"messages": []}, "answer", [1, 2, 3], [4, 5], [-0.1, -0.2], "base",
+                holdout=holdout)
+    )  # fmt: skip
+    return row.id
+
+
+def test_held_out_turns_are_judged_but_never_trained(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    kept, trained, unrated = (held_out_turn(store, s, h) for s, h in
+                              (("a", True), ("b", False), ("c", True)))  # fmt: skip
+    for tid in (kept, trained):
+        store.set_user_rating(tid, -1, None, eligible_at=0.0)
+    states = {s.turn_id: (s.state, s.skip_reason) for s in store.samples_for_session("a")}
+    assert states == {kept: ("skipped", HOLDOUT_REASON)}
+    assert [s.turn_id for s in store.trainable_samples(10, now=1e12)] == [trained]
+    items = store.held_out_items(10)
+    assert [(i.turn_id, i.prompt_ids, i.response_ids, i.reward) for i in items] == [
+        (kept, [1, 2, 3], [4, 5], -1.0)
+    ]  # the unrated one has no judgment yet
+    assert store.held_out_count() == 2 and unrated
+    assert store.get_turn(kept).holdout == 1  # type: ignore[union-attr]
+    store.add_metrics(3, {"guard/general": 0.4}, "v1")
+    store.add_metrics(5, {"guard/general": 0.55}, "v1")
+    assert store.version_score("guard/general", "v1") == 0.55
+    assert store.version_score("guard/general", "v2") is None
+    store.close()
+
+
+def test_doctor_prints_the_guards_settings_count_and_latest_verdicts(tmp_path: Path) -> None:
+    from clawrl_app.config import Settings
+    from clawrl_app.doctor import guard_lines
+
+    store = Store(tmp_path / "s.db")
+    held_out_turn(store, "a", True)
+    store.add_event("GuardChecked", {"version": "v3", "served": "v2", "passed": False,
+                                     "summary": "v3 vs v2: general 0.45 vs 0.60",
+                                     "reasons": ["general score 0.45 < 0.60 - 0.05"]})  # fmt: skip
+    store.close()
+    lines = guard_lines(Settings(), tmp_path / "s.db")
+    assert lines[0].startswith("on: every 1 checkpoint(s)")
+    assert "held-out turns (never trained on): 1 (10% of new main turns)" in lines
+    assert lines[-1].endswith(
+        "v3 vs v2: general 0.45 vs 0.60: REFUSED: general score 0.45 < 0.60 - 0.05"
+    )
+    off = Settings.model_validate({"guard": {"enabled": False}})
+    assert guard_lines(off, tmp_path / "s.db")[0].startswith("OFF")
+
+
+def test_the_dashboard_banner_shows_only_a_refusal() -> None:
+    from clawrl_app.tui.views import curve_title, guard_banner
+
+    def status(last: dict[str, object] | None) -> dict[str, object]:
+        return {"publishing": {"guard": {"enabled": True, "last": last}}}
+
+    assert guard_banner({}) == "" and guard_banner(status(None)) == ""
+    assert guard_banner(status({"candidate": "v3", "served": "v2", "passed": True})) == ""
+    text = guard_banner(status({"candidate": "v3", "served": "v2", "passed": False,
+                                "reasons": ["general score 0.45 < 0.60 - 0.05"]}))  # fmt: skip
+    assert "v3 refused by the regression guard, v2 still served" in text
+    assert "general score 0.45" in text and "back to v2" in text
+    assert curve_title("guard/general").startswith("general score") and curve_title("kl") == "kl"

@@ -1,0 +1,128 @@
+"""Top-k on-policy distillation and combine-topk (REFERENCE §5-6), on tiny hand-made
+log-probs: the reverse KL over the teacher's top-k plus a tail bin, and its sum with the
+binary RL term."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+
+from clawrl_app.engine.training.losses import (
+    OBJECTIVES,
+    LossConfig,
+    LossResult,
+    combine_topk_loss,
+    rl_loss,
+    tail_logprob,
+    topk_opd_loss,
+    topk_reverse_kl,
+)
+from tests.engine.training.test_losses import CFG, LN2, backward, make_batch, t
+
+
+def test_tail_logprob_and_topk_reverse_kl_by_hand() -> None:
+    student = t([[[math.log(0.5), math.log(0.25)]]])  # tail 0.25
+    teacher = t([[[math.log(0.25), math.log(0.25)]]])  # tail 0.5
+    assert tail_logprob(student).item() == pytest.approx(math.log(0.25))
+    assert tail_logprob(teacher).item() == pytest.approx(math.log(0.5))
+    # 0.5·ln(0.5/0.25) + 0.25·ln(0.25/0.25) + 0.25·ln(0.25/0.5) = 0.5ln2 - 0.25ln2 = 0.25 ln2
+    assert topk_reverse_kl(student, teacher).item() == pytest.approx(0.25 * LN2)
+    assert topk_reverse_kl(teacher, teacher).item() == pytest.approx(0.0, abs=1e-12)
+    # all mass on top-k: the sum is clamped below 1, the tail is log(1e-6), not -inf
+    full = tail_logprob(t([[[math.log(0.5), math.log(0.5)]]]))
+    assert full.item() == pytest.approx(math.log(1e-6), rel=1e-4)
+
+
+def test_topk_opd_loss_means_over_teacher_samples_and_grads_student() -> None:
+    student = t([[[math.log(0.5), math.log(0.25)], [math.log(0.3), math.log(0.3)]]] * 2)
+    teacher = t([[[math.log(0.25), math.log(0.25)], [math.log(0.3), math.log(0.3)]]] * 2)
+    student.requires_grad_()
+    batch = make_batch(
+        [[-1.0, -1.0], [-1.0, -1.0]],
+        has_teacher=[True, False],
+        topk_teacher_logprobs_BTK=teacher,
+        topk_student_logprobs_BTK=student,
+    )
+    res = topk_opd_loss(batch, CFG)
+    # sample 0: tokens KL 0.25ln2 and 0 → 0.125 ln2; sample 1 has no teacher
+    assert res.loss.item() == pytest.approx(0.125 * LN2)
+    assert res.stats["samples"] == 1.0 and res.stats["clip_frac"] == 0.0
+    assert res.stats["ratio_mean"] == pytest.approx(1.0)
+    res.loss.backward()
+    assert student.grad is not None
+    assert student.grad[0, 0].abs().sum() > 0
+    # the equal-distribution token sits at the KL minimum, sample 1 is excluded
+    assert torch.allclose(student.grad[0, 1], t([0.0, 0.0]), atol=1e-12)
+    assert torch.equal(student.grad[1], torch.zeros(2, 2, dtype=torch.float64))
+    assert teacher.grad is None and batch.logprobs_BT.grad is None  # no ratio term
+
+
+def test_topk_opd_garbage_padding_and_missing_inputs() -> None:
+    nan_k = t([[[float("nan"), float("-inf")]]])
+    student = t([[[math.log(0.5), math.log(0.25)]]]).expand(1, 2, 2).clone()
+    student[0, 1] = nan_k[0, 0]
+    student.requires_grad_()
+    teacher = student.detach().clone()
+    batch = make_batch(
+        [[-1.0, -1.0]],
+        mask=[[1.0, 0.0]],
+        has_teacher=[True],
+        topk_teacher_logprobs_BTK=teacher,
+        topk_student_logprobs_BTK=student,
+    )
+    res = topk_opd_loss(batch, CFG)
+    backward(res)
+    assert student.grad is not None and torch.isfinite(student.grad).all()
+    with pytest.raises(ValueError):
+        topk_opd_loss(make_batch([[-1.0]], has_teacher=[True]), CFG)
+
+
+def _topk_pair(n_b: int) -> tuple[Tensor, Tensor]:
+    """Student / teacher top-2 log-probs per token: KL 0.25 ln2 on token 0, 0 on token 1."""
+    student = t([[[math.log(0.5), math.log(0.25)], [math.log(0.3), math.log(0.3)]]] * n_b)
+    teacher = t([[[math.log(0.25), math.log(0.25)], [math.log(0.3), math.log(0.3)]]] * n_b)
+    return student.requires_grad_(), teacher
+
+
+def test_combine_topk_is_the_weighted_sum_of_rl_and_topk_opd() -> None:
+    # samples: reward only, teacher only, both; each term means over its own samples
+    lp, old = [[-1.0 + math.log(1.1), -1.0]] * 3, [[-1.0, -1.0]] * 3
+    kw: dict[str, Any] = {
+        "old": old,
+        "rewards": [1.0, 0.0, -1.0],
+        "has_reward": [True, False, True],
+        "has_teacher": [False, True, True],
+    }
+    adv = t([0.5, 9.0, -0.5])  # the stray 9 (no reward) must not count
+
+    def run(method: Any, cfg: LossConfig) -> LossResult:
+        student, teacher = _topk_pair(3)
+        batch = make_batch(
+            lp, topk_teacher_logprobs_BTK=teacher, topk_student_logprobs_BTK=student, **kw
+        )
+        return method(batch, cfg, adv)
+
+    rl = run(lambda b, c, a: rl_loss(b, c, a), CFG).loss.item()
+    kl = run(lambda b, c, a: topk_opd_loss(b, c), CFG).loss.item()
+    assert kl == pytest.approx(0.125 * LN2)  # both teacher samples: (0.25 ln2 + 0) / 2
+    both = run(OBJECTIVES["combine-topk"], CFG)
+    assert both.loss.item() == pytest.approx(rl + kl)
+    assert both.stats["pg_loss"] == pytest.approx(rl + kl)
+    weighted = run(OBJECTIVES["combine-topk"], LossConfig(w_opd=3.0, w_rl=0.5))
+    assert weighted.loss.item() == pytest.approx(0.5 * rl + 3.0 * kl)
+    # only the reward: plain RL; only the teacher: plain top-k OPD
+    student, teacher = _topk_pair(1)
+    alone = make_batch(
+        [[-1.0, -1.0]],
+        has_teacher=[True],
+        topk_teacher_logprobs_BTK=teacher,
+        topk_student_logprobs_BTK=student,
+    )
+    assert combine_topk_loss(alone, CFG, t([0.0])).loss.item() == pytest.approx(0.125 * LN2)
+    res = combine_topk_loss(alone, CFG, t([0.0]))
+    res.loss.backward()
+    assert student.grad is not None and student.grad[0, 0].abs().sum() > 0
