@@ -104,9 +104,14 @@ def score_here(phrasings: Path, calibration: Path) -> dict[str, Any]:
                 f"{split}/{kind}",
                 [i for i, r in enumerate(rows) if r["split"] == split and r["kind"] == kind],
             )
+    for rnd in (1, 2):
+        add(
+            f"heldout, round {rnd}",
+            [i for i, r in enumerate(rows) if r["split"] == "heldout" and r.get("round", 1) == rnd],
+        )
     report["misses"] = [
         {
-            "split": r["split"],
+            "split": r["split"] + ("" if r.get("round", 1) == 1 else "/r2"),
             "family": r["family"],
             "reply": r["reply"],
             "label": r["label"],

@@ -40,6 +40,7 @@ import re
 from dataclasses import dataclass
 
 from clawrl_app.engine.chat.messages import message_text
+from clawrl_app.engine.judging.change_requests import change_request, request_hint
 from clawrl_app.engine.judging.corrections import (
     actually_correction,
     continuation,
@@ -50,7 +51,7 @@ from clawrl_app.engine.judging.corrections import (
 from clawrl_app.engine.judging.prompts import JudgeInput
 from clawrl_app.engine.judging.reply_values import bare_name, near_miss, replacement_value
 
-HEURISTIC_RULES_VERSION = "heuristic-v2"
+HEURISTIC_RULES_VERSION = "heuristic-v3"
 """Bump when any pattern below changes; recorded with every heuristic verdict."""
 
 _I = re.IGNORECASE
@@ -133,7 +134,7 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         "reports an error",
         re.compile(
             r"\b(?:i get|i got|getting|it throws|throws|threw|gives me) (?:an? |the )?"
-            r"(?:error|exception|traceback)\b",
+            r"(?:error|exception|traceback|\w+Error|\w+Exception)\b",
             _I,
         ),
     ),
@@ -172,6 +173,37 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"\bsending it\b|\bdoing it now\b|\bas you said\b|\w+ it is\W*$",
             _I,
         ),
+    ),
+    ("helpful", re.compile(r"\bhelpful\b|\bhelps\b(?!\s+(?:me|us)\b)", _I)),
+    (
+        "spot on",
+        re.compile(
+            r"\bspot on\b|\bnailed it\b|\bbang on\b|\bthat'?s the one\b|\bthat'?ll do\b|"
+            r"\bthat'?s it\b(?!\s*\?)|\bmakes (?:total |perfect )?sense\b|"
+            r"\bi (?:understand|get it) now\b|\bunderstood\b",
+            _I,
+        ),
+    ),
+    (
+        "yes, right",
+        re.compile(
+            r"^\W*(?:yes|yep|yup|yeah|yea)\W+(?:that'?s |it'?s )?(?:right|correct|true)\b|"
+            r"^\W*correct\W*$",
+            _I,
+        ),
+    ),
+    (
+        "appreciated",
+        re.compile(
+            r"(?<!'d )(?<!would )\bappreciated?\b|\blife ?saver\b|\byou(?:'re| are) the best\b|"
+            r"\byou rock\b|(?<!'d )(?<!would )\bi (?:really )?like (?:it|this|that|these)\b|"
+            r"\b(?:that'?s|this is|just|exactly) (?:the \w+ |what )i (?:wanted|needed|asked for)\b",
+            _I,
+        ),
+    ),
+    (
+        "love the",
+        re.compile(r"(?<!'d )(?<!\bd )(?<!would )\blove (?:the|these|those|your|how)\b", _I),
     ),
     ("emoji", re.compile("[\U0001f44d\U0001f64c\U0001f4aa\U0001f525\U0001f389\u2705\U0001f64f]")),
 ]
@@ -295,7 +327,7 @@ def _strong_correction(text: str, answer: str, question: str) -> str | None:
     found = first_match(text, USER_NEGATIVE_PATTERNS) or contradiction(text)
     if found is None and actually_correction(text):
         found = "actually"
-    return found or x_not_y(text, answer, question)
+    return found or x_not_y(text, answer, question) or change_request(text)
 
 
 def _negative(text: str, signal: str) -> HeuristicVerdict:
@@ -303,10 +335,16 @@ def _negative(text: str, signal: str) -> HeuristicVerdict:
 
 
 def corrective_hint(text: str) -> str | None:
-    """The user's corrective words as a hint: fillers stripped, at most three sentences.
+    """The user's corrective words as a hint.
 
-    None when fewer than 10 characters remain.
+    The reply's request sentences when it has any ("That is a lot of text. Keep it to
+    about a dozen words, please." -> "Keep it to about a dozen words, please."); otherwise
+    the whole reply, fillers stripped, at most three sentences, None when fewer than 10
+    characters remain.
     """
+    request = request_hint(text)
+    if request is not None:
+        return request
     remaining = " ".join(text.split())
     while True:
         stripped = _FILLER_RE.sub("", remaining, count=1)

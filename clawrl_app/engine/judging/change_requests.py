@@ -1,0 +1,271 @@
+"""Requests to change the answer, however they are worded: pure functions over a user reply.
+
+Keyword lists hear "too long" but not "That is a lot of text. Keep it to about a dozen
+words, please." This module reads each sentence of a reply (and each comma clause of it)
+and decides whether it asks to change the answer's length, format, tone or content:
+
+- an imperative whose verb works on the answer ("trim it down", "put it in a table",
+  "drop the exclamation marks", "add an example"), after politeness and question framing
+  are peeled off ("please", "can you", "could you", "I'd like you to"); a generic verb
+  ("make", "keep", "use", "give", "write", "be") counts only with a target that names the
+  answer or its form (`it`/`that`, words, a list, bullets, the tone, an example, a
+  comparative such as "shorter" or "more formal", a limit such as "at most 15");
+- a request without a verb: a target plus a request marker ("A dozen words max please",
+  "bullets pls", "A table would be easier to read", "TLDR?"), a preference ("I'd prefer a
+  list", "I only need the number"), or an opening "less / more / fewer / no / without"
+  ("Less jargon please", "No emojis");
+- a complaint about the answer's form ("that's a lot of text", "way too peppy", "this
+  reads like a novel", "more than I needed", "I didn't ask for an essay").
+
+A new task ("Write a haiku about autumn", "List three rivers in Africa", "Could you
+explain how vaccines work?") names no target and is not a change request.
+
+`request_hint` returns the request sentences themselves (the OPD hint): the user's own
+instruction, whatever its words, without the complaint that led to it.
+"""
+
+from __future__ import annotations
+
+import re
+
+_I = re.IGNORECASE
+
+# Verbs that work on an answer already given; they need no target ("Elaborate.").
+_SELF_VERBS = r"elaborate|rephrase|reword|shorten|condense|summari[sz]e it|tldr"
+# Verbs that take the answer (or a part of it) as object; they need a target.
+_VERBS = (
+    r"make|keep|use|put|give|write|answer|show|add|include|mention|cover|list|return|output|"
+    r"turn|convert|format|reformat|restructure|rewrite|redo|split|break|separate|wrap|fit|"
+    r"limit|cap|stick|start|begin|lead|end|number|bullet|be|sound|talk|speak|go|"
+    r"walk|try|do|trim|cut|pare|tighten|simplify|expand|clarify|tone|dial|drop|remove|delete|omit|"
+    r"skip|ditch|lose|leave|avoid|stop|cite|reduce|lower|lighten|soften|sum|boil|get|say|"
+    r"spell|present|lay|organi[sz]e|structure|order|sort|swap|replace|change|switch|move"
+)
+# Verbs of removal: any definite object is a part of the answer ("drop the jokes").
+_REMOVE_VERBS = r"drop|remove|delete|omit|skip|ditch|lose|cut|leave out|get rid of|strip"
+# Verbs of addition: "too" / "as well" / "also" makes the object a part of the answer.
+_ADD_VERBS = r"add|include|mention|cover|list|give|show|note|state|explain|tell"
+
+_FORM_NOUNS = (
+    r"words?|sentences?|lines?|paragraphs?|para|bullets?|bullet ?points?|points|list|table|"
+    r"steps?|headings?|headers?|sections?|code ?block|markdown|json|csv|yaml|prose|"
+    r"plain text|text|tone|voice|register|style|emojis?|emoticons|exclamation (?:marks?|"
+    r"points?)|exclamations|asterisks|bold|italics|jargon|fluff|filler|waffle|intro|"
+    r"introduction|preamble|summary|conclusion|tl;?dr|gist|examples?|details?|sources?|"
+    r"references?|citations?|reasoning|working|explanation|length|spelling|person|"
+    r"enthusiasm|jokes|the joke|essays?|novels?|lectures?|humou?r|apolog(?:y|ies|ising|izing)|sorry|caveats|disclaimers?|"
+    r"format|formatting|layout|structure|characters|chars|answers?|reply|replies|response|"
+    r"version|wording|pun|puns|slang|numbers|units|hedging|background|context"
+)
+_COMPARATIVES = (
+    r"shorter|longer|briefer|brief|concise|succinct|short|simpler|simple|plainer|plain|"
+    r"clearer|tighter|crisper|punchier|kinder|warmer|friendlier|nicer|softer|gentler|"
+    r"calmer|cooler|formal(?:ly)?|informal|casual(?:ly)?|professional(?:ly)?|friendly|"
+    r"relaxed|neutral|calm|direct(?:ly)?|specific|concrete|serious|polite|empathetic|"
+    r"human|detailed|precise|objective|matter-of-fact|honest|blunt|plainly|simply|"
+    r"step by step|properly|correctly|differently|instead|deeper|further|"
+    r"in (?:half|full|detail|more detail|depth|plain \w+|english|french|spanish|german)"
+)
+_ANAPHORA = (
+    r"it|that|this|them|those|these|your (?:answer|reply|response|text|answers)|"
+    r"the (?:above|answer|reply|response|last one|first one)"
+)
+_LIMIT = (
+    r"at most|no more than|not more than|max(?:imum)?|tops|under \d+|below \d+|"
+    r"or (?:fewer|less)|a dozen|dozen|\d+ (?:words|lines|sentences|bullets|points|chars)"
+)
+_FORM_TARGET_RE = re.compile(
+    rf"\b(?:(?:{_FORM_NOUNS})\b(?!\s+of\s+(?!it|that|this|them|the above))|"
+    rf"(?:{_COMPARATIVES})\b|(?:{_LIMIT})\b|(?:more|less|fewer|a bit|a little|a lot) \w+|"
+    r"first\b|(?:actual|real|exact|specific|concrete) \w+|(?:different|another|other|new) "
+    r"(?:\w+ )?(?:approach|way|option|one|answer|version|method|angle|solution|take)\b|"
+    r"(?:just|only)(?: need| want)? the (?:answer|number|result|facts|code|command|gist|final \w+))",
+    _I,
+)
+_ANAPHORA_RE = re.compile(rf"\b(?:{_ANAPHORA})\b(?!\s+(?:is|was|are)\b)", _I)
+# "explain" / "tell me" ask for a new answer unless they point at this one ("explain why").
+_EXPLAIN_RE = re.compile(
+    r"^(?:explain|tell me|say)\b(?:\s+(?:it|that|this|your \w+|why\s*(?:$|[.,!?;]|that|this|"
+    r"it|not|so)|like i'?m|(?:more )?simply|better|again|properly|differently))",
+    _I,
+)
+_ASKED_RE = re.compile(
+    r"\b(?:(?:can|could|would|will|won'?t) (?:you|u)|would you mind|do you mind|"
+    r"i (?:want|need) you to|you (?:should|could|need to|might want to|must|can))\b",
+    _I,
+)
+_QUESTION_WORD_RE = re.compile(
+    r"^(?:how|what|whats|which|who|when|where|why|does|do|did|is|are|was|have|has|will|"
+    r"should|can|could|would)\b",
+    _I,
+)
+
+
+def _target(text: str) -> bool:
+    return bool(_FORM_TARGET_RE.search(text) or _ANAPHORA_RE.search(text))
+
+
+_MARKER_RE = re.compile(
+    r"\b(?:please|pls|plz|max(?:imum)?|tops|only|would be (?:\w+ )?(?:better|nicer|ideal|"
+    r"easier|great|good|helpful|clearer|fine|enough)|would help|is enough|will do|instead|"
+    r"next time|from now on|in future|going forward)\b|\?\s*$|^\W*(?:just|only)\b",
+    _I,
+)
+
+# Leading words that frame a request without changing it: peeled off before the verb.
+_FRAMING_RE = re.compile(
+    r"^(?:(?:no|nope|nah|ok|okay|oh|ah|hmm+|um+|well|also|and|but|except|though|however|so|"
+    r"now|then|please|pls|"
+    r"plz|just|maybe|actually|again|hey|whoa|wow|ugh|yeah|yes|sure|great|thanks|thank you|"
+    r"cool|nice|perfect|good|fine|alright|honestly|seriously|kindly|next time|from now on|"
+    r"in future|going forward|instead|(?:can|could|would|will|won'?t) (?:you|u)|"
+    r"would you mind|do you mind|(?:i'?d|i would) (?:like|love|prefer|appreciate it if) "
+    r"(?:you|it if you|if you)(?: to)?|i (?:want|need) you to|try (?:to|and)|"
+    r"you (?:should|could|need to|might want to|must|can)|(?:can|could|may) (?:i|we) "
+    r"(?:get|have|see)|let'?s (?:have|get|see)|is it possible to|mind)"
+    r"\b[\s,.!:;-]*)+",
+    _I,
+)
+_IMPERATIVE_RE = re.compile(
+    rf"^(?:(?:don'?t|do not|never|stop|quit|avoid)\b|(?:{_SELF_VERBS})\b)", _I
+)
+_VERB_RE = re.compile(rf"^(?:{_VERBS})\b", _I)
+_REMOVE_RE = re.compile(rf"^(?:{_REMOVE_VERBS})\s+(?:the|those|these|all|that|your|any)\b", _I)
+_ADD_TOO_RE = re.compile(rf"^(?:{_ADD_VERBS})\b.*\b(?:too|as well|also)\W*$", _I)
+_ALSO_ADD_RE = re.compile(rf"^\W*(?:please\s+)?also\W+(?:please\s+)?(?:{_ADD_VERBS})\b", _I)
+_PHRASAL_RE = re.compile(
+    r"^(?!look|pick|sign|log|set|hang|give|back|hold|turn off)\w+ (?:it|that|this|them) "
+    r"(?:down|back|up|out)\b",
+    _I,
+)
+_NOT_A_REQUEST_RE = re.compile(
+    r"^keep (?:it|them|that|things|this) (?:up|coming|going|like (?:this|that)|"
+    r"(?:this|that) way|(?:this|that|so) \w+)\b",
+    _I,
+)
+_OPENING_RE = re.compile(
+    rf"^(?:(?:a (?:bit|little|lot)|much|way|far) )?(?:less|more|fewer)\s+\w+|"
+    rf"^(?:no|without)\s+(?:more\s+)?(?:\w+\s+)?(?:{_FORM_NOUNS})\b|^only\b",
+    _I,
+)
+_PREFERENCE_RE = re.compile(
+    r"^i(?:'?d| would)? (?:much )?(?:prefer|rather|have preferred)\b|^i(?:'?d| would) (?:like|love)\b|"
+    r"^i (?:only |just |really )?(?:want|need|wanted|needed|asked for|was (?:after|hoping for)|"
+    r"meant)\b",
+    _I,
+)
+_COMPLAINT_RE = re.compile(
+    r"^(?:(?:that|this|it|that'?s|this is|it'?s|that is|it is|you'?re|you are|you sound|"
+    r"sounds?|way|far|much|a bit|bit|a little|rather|kinda|kind of|still|pretty|really|"
+    r"slightly|somewhat|just|all|waaa*y|so|and|but|also)\W+)*too\s+"
+    r"(?!bad\b|late\b|early\b|kind\b|good\b|sweet\b|funny\b|\W*$)\w+|"
+    r"\ba lot of (?:text|words|info|information|detail|reading|scrolling)\b|"
+    r"\bwall of text\b|\btoo (?:much|many)\b|\ba bit much\b|\boverkill\b|\bmouthful\b|"
+    r"\b(?:reads|sounds|looks) like (?:a|an) (?:novel|essay|ad|advert|brochure|lecture|"
+    r"textbook|robot|sales pitch|press release|wikipedia|thesis|book|manual)\b|"
+    r"\byou sound like\b|\bmore than i (?:need|needed|want|wanted|asked)|"
+    r"\bdidn'?t (?:ask|want) (?:for )?(?:an? |the )?(?:essay|novel|lecture|list|table|"
+    r"story|history|explanation|paragraph|details?)\b|\bnot the time for\b|"
+    r"\b(?:hard|difficult) to (?:read|follow|skim)\b|\btl;?dr\b|\bget to the point\b|"
+    r"\bno need (?:for|to)\b|\banswered (?:a |the )?(?:different|wrong|another) question\b|"
+    r"\b(?:doesn'?t|does not|didn'?t|did not) answer\b|\b(?:on|off)[- ]topic\b|"
+    r"\b(?:it|this|that|the \w+|your \w+) (?:crash(?:es|ed)|throws|threw|raises|raised|hangs|"
+    r"freezes|segfaults|errors out)\b",
+    _I,
+)
+# "Now ..." / "Next, ..." moves on unless it points at this answer or its shape.
+_MOVING_ON_RE = re.compile(r"^\W*(?:(?:ok|okay|good|great|cool|thanks)\W+)?(?:now|next)\b", _I)
+_SHAPE_RE = re.compile(rf"\b(?:{_COMPARATIVES}|{_LIMIT})\b|\b(?:more|less|fewer) \w+", _I)
+_SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")
+_CLAUSE_RE = re.compile(r"\s*(?:,|;(?!dr)|\s-\s|:|—)\s*", _I)
+_HINT_FILLER_RE = re.compile(
+    r"^(?:(?:no|nope|nah|ok|okay|oh|hmm+|um+|ugh|whoa|wow|well|thanks|thank you|great|"
+    r"perfect|cool|nice|good)\s*[,.!:;-]+\s*|but\s+)+",
+    _I,
+)
+_MAX_HINT_SENTENCES = 3
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of `text` (split after . ! ? and at line breaks), whitespace folded."""
+    parts = (" ".join(s.split()) for s in _SENTENCE_RE.split(text.strip()))
+    return [p for p in parts if p]
+
+
+def _core(clause: str) -> str:
+    """The clause without framing words ("please", "can you", "ok so"), apostrophes unified."""
+    text = clause.replace("\u2019", "'").strip()
+    return _FRAMING_RE.sub("", text, count=1).strip()
+
+
+def request_kind(clause: str) -> str | None:
+    """Why `clause` asks to change the answer (a short name), or None."""
+    text = clause.replace("\u2019", "'").strip()
+    if _OPENING_RE.search(text):
+        return "less / more / no ..."
+    if _MOVING_ON_RE.search(text) and not (_ANAPHORA_RE.search(text) or _SHAPE_RE.search(text)):
+        return None  # "Now write the intro.": the next step, not a change to this answer
+    core = _core(text)
+    if not core or _NOT_A_REQUEST_RE.search(core):
+        return None
+    if _OPENING_RE.search(core):
+        return "less / more / no ..."
+    if _IMPERATIVE_RE.search(core):
+        return "imperative"
+    if _REMOVE_RE.search(core) or _ADD_TOO_RE.search(core) or _PHRASAL_RE.search(core):
+        return "imperative"
+    if _ALSO_ADD_RE.search(text) or _EXPLAIN_RE.search(core):
+        return "imperative"
+    rest = core.split(None, 1)[1] if " " in core else ""
+    if _VERB_RE.search(core) and _target(rest):
+        return "imperative with a target"
+    if _PREFERENCE_RE.search(core) and (_target(core) or "rather" in core.lower()):
+        return "preference"
+    if _ASKED_RE.search(text) or _QUESTION_WORD_RE.search(core):
+        return None  # "can you draft ...": a verb we do not know, so a new task
+    if _FORM_TARGET_RE.search(core) and _MARKER_RE.search(text) and len(core.split()) <= 10:
+        return "request without a verb"
+    return None
+
+
+def _clauses(sentence: str) -> list[str]:
+    return [c for c in _CLAUSE_RE.split(sentence) if c.strip()]
+
+
+def request_sentences(text: str) -> list[str]:
+    """The parts of `text` that ask to change the answer, as the user wrote them.
+
+    Each sentence is read whole and clause by clause; a sentence that opens with a
+    complaint and then asks ("Too long, keep it under 15 words") keeps the request only.
+    """
+    found = []
+    for sentence in sentences(text):
+        clauses = _clauses(sentence)
+        asking = [i for i, c in enumerate(clauses) if request_kind(c)]
+        if asking and asking[0] > 0 and not request_kind(sentence):
+            found.append(", ".join(clauses[asking[0] :]))
+        elif asking or request_kind(sentence):
+            found.append(sentence)
+    return found
+
+
+def change_request(text: str) -> str | None:
+    """The name of the first change request or complaint about the answer in `text`."""
+    for sentence in sentences(text):
+        for clause in [sentence, *_clauses(sentence)]:
+            kind = request_kind(clause)
+            if kind:
+                return f"change request: {kind}"
+            if _COMPLAINT_RE.search(_core(clause)) or _COMPLAINT_RE.search(clause):
+                return "complaint about the answer"
+    return None
+
+
+def request_hint(text: str) -> str | None:
+    """The user's request sentences (at most three), fillers before them dropped, or None."""
+    found = [_HINT_FILLER_RE.sub("", s).strip() for s in request_sentences(text)]
+    found = [s for s in found if s][:_MAX_HINT_SENTENCES]
+    if not found:
+        return None
+    hint = " ".join(found)
+    return hint[0].upper() + hint[1:]

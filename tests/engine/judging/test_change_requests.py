@@ -1,0 +1,211 @@
+"""Corrections however they are worded (issue #29): change requests, their hints, the set."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clawrl_app.engine.judging.change_requests import (
+    change_request,
+    request_hint,
+    request_sentences,
+    sentences,
+)
+from clawrl_app.engine.judging.heuristic_judge import classify_next_state
+
+PHRASINGS = Path(__file__).resolve().parents[3] / "assets" / "judge_phrasings.jsonl"
+QUESTION = "Tell me about the Eiffel Tower."
+ANSWER = (
+    "The Eiffel Tower is a wrought-iron lattice tower in Paris, completed in 1889. It is "
+    "330 metres tall and one of the most visited monuments in the world!"
+)
+DOZEN = "That is a lot of text. Keep it to about a dozen words, please."
+
+
+def judge(reply: str) -> tuple[int, str | None]:
+    verdict = classify_next_state("user", reply, answer=ANSWER, question=QUESTION)
+    return verdict.score, verdict.hint
+
+
+def load_phrasings() -> list[dict[str, Any]]:
+    with PHRASINGS.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+# --- the measured failure ------------------------------------------------------------------
+def test_the_dozen_words_user_is_heard_and_its_request_is_the_hint() -> None:
+    assert judge(DOZEN) == (-1, "Keep it to about a dozen words, please.")
+
+
+def test_the_handled_user_still_is() -> None:
+    score, hint = judge("Too long. Please answer in at most 15 words.")
+    assert score == -1 and hint == "Please answer in at most 15 words."
+
+
+# --- held-out paraphrases: written for this test, not in the set the rules were written on --
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Could you make that a lot more compact?",
+        "Keep replies to a sentence or two from now on.",
+        "Fewer paragraphs please.",
+        "That's far too wordy for a quick question.",
+        "Please format the steps as a numbered list.",
+        "Give me bullet points instead of prose.",
+        "Drop the smiley faces.",
+        "A more neutral tone please.",
+        "You left out the opening hours.",
+        "That's wrong, it opened in 1889.",
+        "Please add an example of how to use it.",
+        "Explain why, please.",
+        "Less chatty please.",
+        "tl;dr?",
+    ],
+)
+def test_held_out_corrections_are_negative_with_a_hint(reply: str) -> None:
+    score, hint = judge(reply)
+    assert score == -1, reply
+    assert hint
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Perfect, thanks a lot!",
+        "Great, that works now.",
+        "Exactly what I needed, cheers.",
+        "👍",
+        "That's really helpful.",
+        "Spot on, thank you.",
+        "Nice and short, thanks.",
+    ],
+)
+def test_held_out_approvals_are_positive(reply: str) -> None:
+    assert judge(reply) == (1, None)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "ok what about Paris?",
+        "How do magnets work?",
+        "Who designed the Statue of Liberty?",
+        "Could you explain how vaccines work?",
+        "Write a haiku about autumn.",
+        "Give me a recipe for pancakes.",
+        "List three rivers in Africa.",
+        "I'm going there next week.",
+    ],
+)
+def test_neutral_replies_and_new_questions_are_zero(reply: str) -> None:
+    assert judge(reply) == (0, None)
+
+
+def test_moving_on_is_never_a_correction() -> None:
+    # REFERENCE §3: moving on is progress (+1); "next: ..." is at worst neutral.
+    assert judge("next: how do magnets work?")[0] >= 0
+    assert judge("Good. Now write the intro.")[0] >= 0
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Great, but make it shorter.",
+        "Thanks! Can you put it in a table though?",
+        "Perfect, except drop the exclamation marks.",
+        "Nice, now make it more formal.",
+    ],
+)
+def test_a_request_wins_over_politeness(reply: str) -> None:
+    assert judge(reply)[0] == -1
+
+
+# --- hints ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("reply", "hint"),
+    [
+        (DOZEN, "Keep it to about a dozen words, please."),
+        ("No, that's too long. Answer in one short sentence please.", None),
+        ("Too much text, I just need the gist.", "I just need the gist."),
+        ("Whoa. Can you trim that down? It's way too long.", "Can you trim that down?"),
+        ("No emojis.", "No emojis."),
+        ("That's a lot of text.", None),  # a complaint alone: no request sentence
+        ("Who painted the Mona Lisa?", None),
+    ],
+)
+def test_request_hint_is_the_request_sentence(reply: str, hint: str | None) -> None:
+    if reply.startswith("No, that's too long"):
+        hint = "Answer in one short sentence please."
+    assert request_hint(reply) == hint
+
+
+def test_a_complaint_without_a_request_keeps_the_whole_reply_as_hint() -> None:
+    assert judge("That's a lot of text.") == (-1, "That's a lot of text.")
+
+
+def test_sentences_and_request_sentences() -> None:
+    assert sentences("One. Two!  Three?\nFour") == ["One.", "Two!", "Three?", "Four"]
+    assert request_sentences("Hmm. Use bullets. Thanks!") == ["Use bullets."]
+    assert change_request("How do magnets work?") is None
+    assert change_request("way too peppy") == "complaint about the answer"
+
+
+# --- the labelled set ----------------------------------------------------------------------
+def test_phrasings_set_is_well_formed() -> None:
+    rows = load_phrasings()
+    assert len(rows) >= 300
+    keys = {"reply", "label", "family", "kind", "hint_expected", "split", "round"}
+    for row in rows:
+        assert set(row) == keys, row
+        assert row["label"] in (-1, 0, 1)
+        assert row["kind"] in ("length", "format", "tone", "content", "approval", "neutral")
+        assert row["split"] in ("train", "heldout")
+        assert row["hint_expected"] is (row["label"] == -1)
+        assert (row["label"] == -1) is (row["kind"] in ("length", "format", "tone", "content"))
+    replies = [row["reply"] for row in rows]
+    assert len(replies) == len(set(replies))
+
+
+def test_a_family_is_never_on_both_sides_of_the_split() -> None:
+    sides: dict[str, set[str]] = defaultdict(set)
+    for row in load_phrasings():
+        sides[row["family"]].add(row["split"])
+    assert all(len(s) == 1 for s in sides.values()), {f: s for f, s in sides.items() if len(s) > 1}
+    held_out = {f for f, s in sides.items() if s == {"heldout"}}
+    kinds = {row["kind"] for row in load_phrasings() if row["family"] in held_out}
+    assert kinds == {"length", "format", "tone", "content", "approval", "neutral"}
+
+
+def test_the_rules_agree_with_the_train_families() -> None:
+    rows = [r for r in load_phrasings() if r["split"] == "train"]
+    scores = [judge(r["reply"])[0] for r in rows]
+    agreement = sum(r["label"] == s for r, s in zip(rows, scores, strict=True)) / len(rows)
+    assert agreement >= 0.98
+
+
+def test_no_correction_is_ever_scored_as_approval_and_vice_versa() -> None:
+    for row in load_phrasings():
+        score, hint = judge(row["reply"])
+        if row["label"] == -1:
+            assert score != 1, row["reply"]
+        if row["label"] == 1:
+            assert score != -1, row["reply"]
+        if score == -1 and row["label"] == -1:
+            assert hint, row["reply"]
+
+
+def test_a_corrections_hint_contains_the_request_words() -> None:
+    for row in load_phrasings():
+        if row["label"] != -1:
+            continue
+        score, hint = judge(row["reply"])
+        if score != -1:
+            continue
+        assert hint is not None
+        words = {w.strip(".,!?'").lower() for w in hint.split()}
+        reply_words = {w.strip(".,!?'").lower() for w in row["reply"].split()}
+        assert words <= reply_words, (row["reply"], hint)
