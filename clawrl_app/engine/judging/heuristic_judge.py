@@ -202,6 +202,14 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ),
     ),
     (
+        "good answer",
+        re.compile(
+            r"\bgood (?:answer|job|stuff|work)\b|\blovely\b|\bwhat i was (?:after|looking for)\b|"
+            r"^\W*good\W*(?:$|[,!.]\s*(?:that'?s|this is|thanks|thank you))",
+            _I,
+        ),
+    ),
+    (
         "love the",
         re.compile(r"(?<!'d )(?<!\bd )(?<!would )\blove (?:the|these|those|your|how)\b", _I),
     ),
