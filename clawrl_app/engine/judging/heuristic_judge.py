@@ -18,14 +18,17 @@ Tool results (`role="tool"`):
 User replies (`role="user"`), in this order:
   -1 on a redo / correction / rephrase / complaint signal (`USER_NEGATIVE_PATTERNS`), a
      dispute or change request without a keyword (`corrections.CONTRADICTION_PATTERNS`),
-     an "actually ..." correction, or "X, not Y" where the answer (or question) said Y;
+     an "actually ..." correction, "X, not Y" where the answer (or question) said Y, or a
+     request to change the answer however worded, or a complaint about its form
+     (`change_requests`: "That is a lot of text. Keep it to about a dozen words, please.");
   +1 on acceptance, thanks or moving on (`USER_POSITIVE_PATTERNS`), or a short "and X?"
      continuation of the same task;
   -1 on a value that replaces the answer's (a time, day, month, date, number, a bare name,
      a near-miss spelling: `reply_values`), or the previous question asked again;
    0 otherwise. Negative signals win over politeness: "thanks, but that's wrong" is -1; the
   contextual signals (replacement, repeated question) only count without a positive one.
-Hints (for OPD): a -1 user reply yields the user's own corrective words; a tool error
+Hints (for OPD): a -1 user reply yields the user's request sentences (the complaint before
+them dropped), or else its own corrective words; a tool error
 yields "The previous tool call failed with: <first error line>. Fix the call."
 
 Known blind spots, measured on assets/judge_calibration.jsonl: sarcasm ("wow so fast
