@@ -167,6 +167,9 @@ class TrainSettings(_Section):
     """Weight of the reward term (binary RL) in combine and combine-topk (upstream 1)."""
     w_opd: float = Field(default=1.0, ge=0.0)
     """Weight of the teacher term (OPD, or the top-k KL of combine-topk) in the same."""
+    kl_coef: float = Field(default=0.0, ge=0.0)
+    """Weight of a KL anchor to the base model (k3 on the sampled tokens; the base is the
+    adapter turned off, so LoRA and QLoRA only): keeps the policy near what it was."""
     mode: Literal["auto", "lora", "qlora", "full"] = "auto"
     """LoRA, 4-bit base + LoRA (CUDA only), or full fine-tuning; auto follows the plan."""
     batch_size: int | None = None

@@ -343,6 +343,7 @@ class Engine:
             baseline=t.baseline,
             w_rl=t.w_rl,
             w_opd=t.w_opd,
+            kl_coef=t.kl_coef,
             tis_cap=tis_cap(t.behaviour_correction, t.tis_cap, self.plan.backend),
             approved_only=self.settings.review.mode == "manual",
             device="cuda" if self.plan.train_devices else "cpu",

@@ -30,6 +30,9 @@ class TrainerConfig:
     w_rl: float = 1.0
     w_opd: float = 1.0
     """Weights of the reward and teacher terms (combine, combine-topk; LossConfig)."""
+    kl_coef: float = 0.0
+    """Weight of the k3 KL to the base model (adapter off) on the sampled tokens; LoRA and
+    QLoRA only (full fine-tuning keeps no base copy)."""
     tis_cap: float = 0.0
     """> 0: truncated importance sampling against the served log-probs (losses.tis_weights)."""
     approved_only: bool = False

@@ -60,6 +60,10 @@ class LossBatch:
     """Bool: the sample has an accepted hint and teacher log-probs."""
     ref_logprobs_BT: Tensor | None = None
     """Reference (base) model log-probs for the k3 KL; None = no KL."""
+    student_logprobs_BT: Tensor | None = None
+    """log π_θ of the same tokens at temperature 1, detached: what the teacher's log-probs
+    (scored at temperature 1) are compared with. None: the behaviour log-probs are (right
+    only for answers sampled at temperature 1)."""
     entropy_BT: Tensor | None = None
     """Per-token entropy of π_θ (may require grad); None = no entropy bonus."""
     topk_teacher_logprobs_BTK: Tensor | None = None
@@ -233,12 +237,21 @@ def opd_token_advantages(
     mask_BT: Tensor,
     has_teacher_B: Tensor,
     clip: float,
+    student_logprobs_BT: Tensor | None = None,
 ) -> Tensor:
-    """clamp(log π_teacher − log π_old, −clip, clip); 0 on padding and teacher-less samples."""
+    """clamp(log π_teacher − log π_student, −clip, clip); 0 on padding and teacher-less
+    samples. The student is `student_logprobs_BT` (the policy at the teacher's temperature,
+    1) when given, else the behaviour log-probs `old_logprobs_BT`.
+
+    Both sides must be taken at one temperature: an answer sampled at T = 0.2 has behaviour
+    log-probs near 0 (its tokens were near-certain at T = 0.2), while the teacher, scored at
+    T = 1, gives the same tokens -0.5 to -2 whatever the hint says; that gap reads as "the
+    teacher dislikes every token" and pushes every sampled token down."""
     with torch.no_grad():
         valid_BT = _valid(mask_BT) & has_teacher_B.bool()[:, None]  # (B, T)
         teacher_BT = _upcast(teacher_logprobs_BT.detach())  # (B, T)
-        gap_BT = teacher_BT - _upcast(old_logprobs_BT.detach())  # (B, T)
+        student_BT = old_logprobs_BT if student_logprobs_BT is None else student_logprobs_BT
+        gap_BT = teacher_BT - _upcast(student_BT.detach())  # (B, T)
         return torch.where(valid_BT, gap_BT.clamp(-clip, clip), 0.0)  # (B, T)
 
 
@@ -378,7 +391,12 @@ def opd_loss(batch: LossBatch, cfg: LossConfig) -> LossResult:
     teacher_B = batch.has_teacher_B.bool()  # (B,)
     valid_BT = _valid(batch.mask_BT) & teacher_B[:, None]  # (B, T)
     adv_BT = opd_token_advantages(
-        batch.teacher_logprobs_BT, batch.old_logprobs_BT, valid_BT, teacher_B, cfg.opd_clip
+        batch.teacher_logprobs_BT,
+        batch.old_logprobs_BT,
+        valid_BT,
+        teacher_B,
+        cfg.opd_clip,
+        batch.student_logprobs_BT,
     )  # (B, T)
     result = policy_gradient(batch, adv_BT, valid_BT, cfg.opd_eps, cfg.opd_eps, cfg.tis_cap)
     return _with_regularizers(result, batch, cfg, valid_BT)
@@ -395,7 +413,12 @@ def combine_loss(batch: LossBatch, cfg: LossConfig, adv_B: Tensor) -> LossResult
     signal_B = _rl_signal_B(batch)  # (B,)
     valid_BT = _valid(batch.mask_BT) & (teacher_B | signal_B)[:, None]  # (B, T)
     opd_adv_BT = opd_token_advantages(
-        batch.teacher_logprobs_BT, batch.old_logprobs_BT, valid_BT, teacher_B, cfg.opd_clip
+        batch.teacher_logprobs_BT,
+        batch.old_logprobs_BT,
+        valid_BT,
+        teacher_B,
+        cfg.opd_clip,
+        batch.student_logprobs_BT,
     )  # (B, T)
     rl_valid_BT = valid_BT & signal_B[:, None]  # (B, T)
     rl_adv_BT = torch.where(rl_valid_BT, adv_B.detach()[:, None], 0.0)  # (B, T)

@@ -46,6 +46,7 @@ class ForwardOut:
     has_teacher_B: torch.Tensor
     topk_student_BTK: torch.Tensor | None = None  # student log-probs over the teacher's top-k ids
     topk_teacher_BTK: torch.Tensor | None = None
+    student_BT: torch.Tensor | None = None  # log pi_theta at T = 1 (detached) when T != 1
 
     def loss_batch(self) -> LossBatch:
         """These tensors as the objectives' input (losses.LossBatch)."""
@@ -60,6 +61,7 @@ class ForwardOut:
             entropy_BT=self.entropy_BT,
             topk_teacher_logprobs_BTK=self.topk_teacher_BTK,
             topk_student_logprobs_BTK=self.topk_student_BTK,
+            student_logprobs_BT=self.student_BT,
         )
 
 
@@ -94,13 +96,24 @@ def response_logprobs(
     ).logits  # (B, T, V)
     if logits.shape[1] != T:  # a model (or transformers < 4.50) that ignores logits_to_keep
         logits = logits[:, L - T - 1 : L - 1]
-    temp_B11 = torch.tensor([it.temperature for it in items], dtype=f32, device=dev)[:, None, None]
+    temps = [it.temperature for it in items]
+    temp_B11 = torch.tensor(temps, dtype=f32, device=dev)[:, None, None]
     # bf16/fp32 logits / fp32 temperature -> one float32 (B, T, V) tensor (type promotion)
     z_BTV = logits / temp_B11  # (B, T, V)
+    target_BT = ids_BL[:, L - T :]  # (B, T); padding ids where a response is shorter
+    # The teacher is scored at temperature 1 (every backend's `score`): the student side of
+    # the OPD gap and of the top-k KL is taken at temperature 1 too (losses.opd_token_advantages).
+    plain = all(t == 1.0 for t in temps)
+    unit_BTV = z_BTV if plain else logits.float()  # (B, T, V) at temperature 1
     del logits
     lse_BT = torch.logsumexp(z_BTV, dim=-1)  # (B, T)
-    target_BT = ids_BL[:, L - T :]  # (B, T); padding ids where a response is shorter
     logprobs_BT = z_BTV.gather(-1, target_BT[..., None]).squeeze(-1) - lse_BT  # (B, T)
+    unit_lse_BT = lse_BT if plain else torch.logsumexp(unit_BTV, dim=-1)  # (B, T)
+    student_BT = None  # at temperature 1 the behaviour log-probs are the student's side
+    if not plain:
+        with torch.no_grad():
+            unit_BT = unit_BTV.gather(-1, target_BT[..., None]).squeeze(-1)  # (B, T)
+            student_BT = unit_BT - unit_lse_BT  # (B, T)
     with torch.no_grad():
         # H = sum_v -p_v ln p_v, in place in one transient (B, T, V) buffer; as exact as
         # -sum(exp(logp) * logp) (lse - sum(p z) loses ~1e-4 to cancellation)
@@ -117,7 +130,7 @@ def response_logprobs(
     if K:
         ids = [_left_pad(it.teacher_topk_ids or [], T, [PAD_ID] * K) for it in items]
         ids_BTK = torch.tensor(ids, dtype=torch.long, device=dev)  # (B, T, K)
-        student_k = z_BTV.gather(-1, ids_BTK) - lse_BT[..., None]  # (B, T, K)
+        student_k = unit_BTV.gather(-1, ids_BTK) - unit_lse_BT[..., None]  # (B, T, K)
         lps = [_left_pad(it.teacher_topk_logprobs or [], T, [0.0] * K) for it in items]
         teacher_k = torch.tensor(lps, dtype=f32, device=dev)  # (B, T, K)
     return ForwardOut(
@@ -135,4 +148,5 @@ def response_logprobs(
         ),
         topk_student_BTK=student_k,
         topk_teacher_BTK=teacher_k,
+        student_BT=student_BT,
     )

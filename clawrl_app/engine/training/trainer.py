@@ -19,7 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +148,9 @@ class Trainer:
             self._load_state(parent_dir)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.device = self.accelerator.device
-        self.loss_cfg = LossConfig(tis_cap=cfg.tis_cap, w_rl=cfg.w_rl, w_opd=cfg.w_opd)
+        self.loss_cfg = LossConfig(
+            tis_cap=cfg.tis_cap, w_rl=cfg.w_rl, w_opd=cfg.w_opd, kl_coef=self._kl_coef(cfg)
+        )
         self.objective = self._objective()
         self.pause_budget = PauseBudget(cfg.yield_max_s)
         self._owner_checked = 0.0
@@ -175,6 +177,16 @@ class Trainer:
         return wait_while_busy(busy, self.pause_budget)
 
     # -- set-up ------------------------------------------------------------------------
+    @staticmethod
+    def _kl_coef(cfg: TrainerConfig) -> float:
+        """The KL anchor's weight: the base model is the adapter turned off, so full
+        fine-tuning (which keeps no base copy) trains without it, and says so."""
+        if cfg.kl_coef > 0 and cfg.mode == "full":
+            log.warning("train.kl_coef needs an adapter (lora, qlora): full fine-tuning "
+                        "trains without the KL anchor")  # fmt: skip
+            return 0.0
+        return cfg.kl_coef
+
     def _objective(self) -> Any:
         """The loss, chosen once: a user's custom loss file, or the method's objective."""
         if self.cfg.custom_loss_path:
@@ -313,7 +325,10 @@ class Trainer:
         for mb in micro_batches(items, self.cfg.token_budget):
             out = response_logprobs(self.model, mb, self.device)
             adv_B = rl_advantages(out.rewards_B, out.has_reward_B, self.cfg.baseline, self.baseline)  # type: ignore[arg-type]
-            result = self.objective(out.loss_batch(), self.loss_cfg, adv_B)
+            batch = out.loss_batch()
+            if self.loss_cfg.kl_coef > 0:
+                batch = replace(batch, ref_logprobs_BT=self.base_logprobs(mb))
+            result = self.objective(batch, self.loss_cfg, adv_B)
             share = len(mb) / len(items)
             self.accelerator.backward(result.loss * share)
             parts.append((share, result.loss.detach(), result.stats))
@@ -321,6 +336,13 @@ class Trainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
         self.optimizer.step()
         return parts, grad_norm
+
+    def base_logprobs(self, items: list[TrainItem]) -> torch.Tensor:
+        """Log-probs of the items' responses under the base model (the adapter turned off),
+        (B, T) like `response_logprobs`: the KL anchor's reference."""
+        peft_model = self.accelerator.unwrap_model(self.model)
+        with torch.no_grad(), peft_model.disable_adapter():
+            return response_logprobs(self.model, items, self.device).logprobs_BT
 
     def canary(self) -> list[dict[str, Any]]:
         """Log-probs of a fixed response to fixed prompts under the new weights."""

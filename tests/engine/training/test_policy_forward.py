@@ -8,6 +8,7 @@ gradient checkpointing, and read nothing back to the host on the way to `backwar
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -82,11 +83,14 @@ def right_padded_reference(model: Any, items: list[TrainItem]) -> list[dict[str,
     for b, it in enumerate(items):
         p, r = len(it.prompt_ids), len(it.response_ids)
         logp = torch.log_softmax(logits[b, p - 1 : p - 1 + r].float() / it.temperature, -1)
+        unit = torch.log_softmax(logits[b, p - 1 : p - 1 + r].float(), -1)  # temperature 1
         out.append(
             {
                 "logprobs": logp.gather(-1, torch.tensor(it.response_ids)[:, None])[:, 0],
                 "entropy": -(logp.exp() * logp).sum(-1),
-                "topk": logp.gather(-1, torch.tensor(it.teacher_topk_ids)),
+                # the teacher is scored at temperature 1: so are the student's sides
+                "topk": unit.gather(-1, torch.tensor(it.teacher_topk_ids)),
+                "unit": unit.gather(-1, torch.tensor(it.response_ids)[:, None])[:, 0],
             }
         )
     return out
@@ -117,6 +121,8 @@ def test_left_padding_matches_right_padding_and_projects_only_response_positions
         assert torch.allclose(out.entropy_BT[b, T - r :], ref["entropy"], atol=1e-4, rtol=0)
         topk = out.topk_student_BTK[b, T - r :].detach()
         assert torch.allclose(topk, ref["topk"], atol=1e-4, rtol=0)
+        assert out.student_BT is not None and not out.student_BT.requires_grad
+        assert torch.allclose(out.student_BT[b, T - r :], ref["unit"], atol=1e-4, rtol=0)
         assert out.old_logprobs_BT[b, T - r :].tolist() == pytest.approx(it.old_logprobs)
         assert out.old_logprobs_BT[b, : T - r].tolist() == [0.0] * (T - r)
     assert out.entropy_BT.requires_grad is False and out.logprobs_BT.requires_grad
@@ -165,3 +171,36 @@ def test_gradient_checkpointing_gives_the_same_gradients(embedded_model: Any) ->
     assert plain.keys() == recomputed.keys() and plain
     for name, g in plain.items():
         assert torch.allclose(g, recomputed[name], atol=1e-5, rtol=1e-4), name
+
+
+def test_a_teacher_that_agrees_with_the_policy_gives_no_push_at_any_temperature(
+    lora_model: Any,
+) -> None:
+    """An answer sampled at T = 0.2 (the embedded model's server default) and a teacher that
+    is the policy itself, scored at T = 1 as every backend scores: the OPD advantages are 0.
+    Taken against the behaviour log-probs (recorded at T = 0.2) they were not: a likely token
+    (log-prob near 0 at T = 0.2) read as disliked by the teacher, an unlikely one as liked,
+    whatever the hint said."""
+    from clawrl_app.engine.training.losses import opd_token_advantages
+
+    items = [it for it in make_items(lora_model.config.vocab_size) if len(it.response_ids) > 2]
+    cold = []
+    for it in items:
+        at_1 = response_logprobs(lora_model, [replace(it, temperature=1.0)], "cpu")
+        at_02 = response_logprobs(lora_model, [replace(it, temperature=0.2)], "cpu")
+        cold.append(
+            replace(
+                it,
+                temperature=0.2,
+                old_logprobs=at_02.logprobs_BT[0].tolist(),
+                teacher_logprobs=at_1.logprobs_BT[0].tolist(),
+            )
+        )
+    out = response_logprobs(lora_model, cold, "cpu")
+    batch = out.loss_batch()
+    args = (batch.teacher_logprobs_BT, batch.old_logprobs_BT, batch.mask_BT, batch.has_teacher_B)
+    fixed = opd_token_advantages(*args, 5.0, batch.student_logprobs_BT)
+    behaviour = opd_token_advantages(*args, 5.0)
+    valid = out.mask_BT.bool()
+    assert fixed[valid].abs().max() < 1e-3
+    assert behaviour[valid].abs().mean() > 0.3  # the mismatch this guards against

@@ -79,6 +79,7 @@ def training_engine(
         "CLAWRL_TRAIN__YIELD_TO_SERVING_S": "2",
         "CLAWRL_REVIEW__GRACE_S": "0",
         "CLAWRL_TRAIN__W_OPD": "1.5",  # the combine weights reach the trainer's loss
+        "CLAWRL_TRAIN__KL_COEF": "0.05",  # and the KL anchor (the trainer scores the base)
     }
     running = start_engine(tmp_path_factory.mktemp("train-home"), env, training_events.append)
     yield running
@@ -158,6 +159,7 @@ def test_trainer_process_steps_publishes_and_serves_the_new_version(training_eng
     assert store.get_checkpoint("v2").status == "published"
     written = json.loads(eng.trainer.config_file.read_text())
     assert (written["w_opd"], written["w_rl"], written["method"]) == (1.5, 1.0, "combine")
+    assert written["kl_coef"] == 0.05
 
 
 def test_steps_pause_for_serving_within_their_budget_and_report_events(
@@ -246,6 +248,7 @@ def test_two_lora_steps_change_every_trainable_parameter_and_resume(
         resume_from="none",
         serving_flag_file=str(tmp_path / "no-such.flag"),  # missing: train, never pause
         yield_max_s=30.0,
+        kl_coef=0.1,
     )
     trainer = Trainer(cfg)
     assert trainer.serving is None and trainer.yield_to_serving() == 0.0
@@ -261,6 +264,8 @@ def test_two_lora_steps_change_every_trainable_parameter_and_resume(
     assert unchanged == [], f"{len(unchanged)} trainable tensors did not change"
     for m in (m1, m2):
         assert torch.isfinite(torch.tensor(m["loss"])) and m["tokens"] > 0
+    # the KL anchor: a fresh adapter is the base (0), one step later it has moved away
+    assert m1["kl"] == pytest.approx(0.0, abs=1e-6) and m2["kl"] > 1e-6
     with Store(db) as store:
         existing = [c.version for c in store.list_checkpoints()]
     version = trainer.save(items, m2)

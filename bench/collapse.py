@@ -1,0 +1,317 @@
+"""The feedback loop in one process, to see whether a method collapses the policy.
+
+The real trainer step (`Trainer.train_step`: the app's losses, optimizer and settings) on
+answers sampled from the policy being trained, judged by simulated users who want short
+answers and say so in their own words. No endpoint and no llama.cpp (so it runs in minutes
+on a CPU, several users and methods in one go); `bench/learn.py` is the end-to-end run.
+
+Per round: 4 training prompts answered by the current policy (temperature 1, the user's
+max_tokens), the user's verdict (+1 when the answer is within its word limit and ends on
+its own; else -1 and the correction, whose words are the OPD hint), the base model's
+teacher log-probs under the hint (as the app's judge scores them), one trainer step. Every
+`--eval-every` rounds: greedy answers to the user's held-out prompts (compliance: within
+the limit, ended on its own, not degenerate; degeneration by `clawrl_app.degeneration`)
+and to a fixed set of open prompts (128 tokens: loops show there first).
+
+Measured per step: the mean entropy of the sampled tokens, the advantage signs, whether
+the batch had any contrast (rewards not all equal), the KL to the base.
+
+Run: `CLAWRL_HOME=/tmp/clawrl-dev .venv/bin/python bench/collapse.py [--users u15,dozen]
+      [--rounds 8] [--lr 5e-4] [--kl 0] [--baseline ema] [--method combine] [--seed 0]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from clawrl_app.degeneration import score as degeneration  # noqa: E402
+from clawrl_app.engine.chat.formatter import ChatFormatter, eos_token_ids  # noqa: E402
+from clawrl_app.engine.judging.prompts import teacher_messages  # noqa: E402
+from clawrl_app.engine.training.config import TrainerConfig  # noqa: E402
+from clawrl_app.engine.training.policy_forward import response_logprobs  # noqa: E402
+from clawrl_app.engine.training.train_data import TrainItem  # noqa: E402
+from clawrl_app.engine.training.trainer import Trainer  # noqa: E402
+from clawrl_app.models import resolve_model  # noqa: E402
+from clawrl_app.paths import app_paths  # noqa: E402
+
+QUESTIONS = [
+    "What is photosynthesis?", "Why is the sky blue?", "What does a compiler do?",
+    "What is gravity?", "How do vaccines work?", "What is a black hole?",
+    "What is machine learning?", "Why do leaves change colour in autumn?",
+    "What causes earthquakes?", "What is democracy?", "What is a prime number?",
+    "How does a rainbow form?", "What is DNA?", "Why do we have seasons?",
+    "What is a volcano?", "What does the heart do?", "What is recycling?",
+    "What is the internet?", "What is an atom?", "What is inflation?",
+    "How do airplanes fly?", "What is a computer virus?", "Why do cats purr?",
+    "What is electricity?", "What is the moon made of?", "How do plants drink water?",
+    "What is a galaxy?", "What is a glacier?", "How does a refrigerator keep food cold?",
+    "What is a spreadsheet?", "Why do we dream?", "What is a noun?",
+]  # fmt: skip
+HELD_OUT = [
+    "What is a tornado?", "How does the stomach digest food?", "What is climate change?",
+    "What is a rainforest?", "Why do birds migrate?", "What is a battery?",
+    "How do magnets work?", "What is a hurricane?", "What is a desert?",
+    "How does a microwave oven heat food?", "What is a fossil?", "Why is the sea salty?",
+]  # fmt: skip
+ADVICE = [
+    "How can I sleep better?", "How do I stay focused while studying?",
+    "How can I save money on groceries?", "How do I prepare for a job interview?",
+    "How can I make new friends in a new city?", "How do I start running?",
+    "How can I keep my houseplants alive?", "How do I write a good email?",
+    "How can I learn a language faster?", "How do I plan a trip on a budget?",
+    "How can I reduce stress at work?", "How do I cook rice well?",
+    "How can I be more productive in the morning?", "How do I organise my desk?",
+    "How can I drink more water every day?", "How do I choose a good book?",
+]  # fmt: skip
+ADVICE_HELD_OUT = [
+    "How can I stop procrastinating?", "How do I keep a journal?",
+    "How can I eat more vegetables?", "How do I fix a squeaky door?",
+    "How can I be a better listener?", "How do I pack light for a trip?",
+    "How can I remember names?", "How do I clean a cast iron pan?",
+]  # fmt: skip
+OPEN = [
+    "Explain how a bicycle works.", "Write a short story about a lost key.",
+    "Describe a busy market in the morning.", "Tell me about the history of bread.",
+    "What would you do with a free afternoon?", "Explain why exercise is good for you.",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class User:
+    """A simulated user who wants answers of at most `limit` words."""
+
+    name: str
+    limit: int
+    correction: str
+    thanks: str
+    prompts: list[str]
+    held_out: list[str]
+    max_tokens: int
+
+    def complies(self, text: str, stopped: bool) -> bool:
+        words = text.split()
+        return stopped and 0 < len(words) <= self.limit and not degeneration(text).degenerate
+
+
+USERS = {
+    u.name: u
+    for u in (
+        User(
+            "u15",
+            15,
+            "Too long. Please answer in at most 15 words.",
+            "Thanks!",
+            QUESTIONS,
+            HELD_OUT,
+            64,
+        ),
+        User(
+            "dozen",
+            12,
+            "That is a lot of text. Keep it to about a dozen words, please.",
+            "Great, thank you.",
+            QUESTIONS,
+            HELD_OUT,
+            64,
+        ),
+        User(
+            "tips25", 25, "Shorter please, 25 words max.", "Perfect.", ADVICE, ADVICE_HELD_OUT, 96
+        ),
+        User(
+            "tweet",
+            20,
+            "Way too wordy. Give me a tweet-length answer, twenty words tops.",
+            "Nice, thanks.",
+            QUESTIONS[::-1],
+            HELD_OUT[::-1],
+            48,
+        ),
+    )  # fmt: skip
+}
+
+
+def render(fmt: ChatFormatter, messages: list[dict[str, Any]]) -> list[int]:
+    return fmt.render(messages)
+
+
+@torch.no_grad()
+def generate(
+    model: Any,
+    fmt: ChatFormatter,
+    prompts: list[list[int]],
+    max_tokens: int,
+    greedy: bool,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+) -> list[tuple[list[int], bool]]:
+    """(response ids, stopped on EOS) per prompt; sampled at `temperature` unless greedy."""
+    tok = fmt.tokenizer
+    eos = set(eos_token_ids(tok))
+    pad = tok.pad_token_id if tok.pad_token_id is not None else next(iter(eos))
+    L = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad] * (L - len(p)) + p for p in prompts])
+    attn = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
+    out = model.generate(
+        input_ids=ids, attention_mask=attn, max_new_tokens=max_tokens,
+        do_sample=not greedy, temperature=None if greedy else temperature,
+        top_p=None if greedy else top_p, top_k=0,
+        eos_token_id=sorted(eos), pad_token_id=pad,
+    )  # fmt: skip
+    results = []
+    for row in out[:, L:].tolist():
+        resp: list[int] = []
+        stopped = False
+        for t in row:
+            resp.append(t)
+            if t in eos:
+                stopped = True
+                break
+        results.append((resp, stopped))
+    return results
+
+
+def logprobs_of(
+    model: Any, prompt: list[int], resp: list[int], temperature: float = 1.0
+) -> list[float]:
+    item = TrainItem(0, "", prompt, resp, [0.0] * len(resp), temperature, 0.0, False, None, "x")
+    with torch.no_grad():
+        return [float(x) for x in response_logprobs(model, [item], "cpu").logprobs_BT[0]]
+
+
+def evaluate(model: Any, fmt: ChatFormatter, user: User) -> dict[str, Any]:
+    model.eval()
+    asks = [render(fmt, [{"role": "user", "content": q}]) for q in user.held_out]
+    got = generate(model, fmt, asks, user.max_tokens, greedy=True)
+    texts = [fmt.decode(r) for r, _ in got]
+    open_got = generate(
+        model, fmt, [render(fmt, [{"role": "user", "content": q}]) for q in OPEN], 128, True
+    )
+    open_texts = [fmt.decode(r) for r, _ in open_got]
+    model.train()
+    n = len(texts)
+    return {
+        "compliant": sum(user.complies(t, s) for t, (_, s) in zip(texts, got, strict=True)) / n,
+        "degenerate": sum(degeneration(t).degenerate for t in texts) / n,
+        "looping": sum(degeneration(t).max_phrase_repeats >= 3 for t in texts) / n,
+        "open_looping": sum(degeneration(t).max_phrase_repeats >= 3 for t in open_texts)
+        / len(OPEN),
+        "open_degenerate": sum(degeneration(t).degenerate for t in open_texts) / len(OPEN),
+        "words": sum(len(t.split()) for t in texts) / n,
+        "answers": texts,
+        "open_answers": open_texts,
+    }
+
+
+def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any]:
+    torch.manual_seed(args.seed)
+    work = Path(tempfile.mkdtemp(prefix="clawrl-collapse-"))
+    cfg = TrainerConfig(
+        store_path=str(work / "s.sqlite3"), checkpoints_dir=str(work / "ckpt"),
+        model_path=str(model_path), method=args.method, batch_size=4, lr=args.lr,
+        baseline=args.baseline, resume_from="none", seed=args.seed, **args.extra,
+    )  # fmt: skip
+    trainer = Trainer(cfg)
+    model, fmt = trainer.model, ChatFormatter(trainer.tokenizer)
+    rows: list[dict[str, Any]] = [{"round": 0, **evaluate(model, fmt, user)}]
+    print(
+        json.dumps({"user": user.name, "round": 0, "compliant": rows[0]["compliant"]}), flush=True
+    )
+    steps: list[dict[str, Any]] = []
+    for r in range(1, args.rounds + 1):
+        qs = [user.prompts[(4 * (r - 1) + i) % len(user.prompts)] for i in range(4)]
+        msgs = [[{"role": "user", "content": q}] for q in qs]
+        prompts = [render(fmt, m) for m in msgs]
+        model.eval()
+        got = generate(model, fmt, prompts, user.max_tokens, False, args.temperature, args.top_p)
+        items = []
+        for m, p, (resp, stopped) in zip(msgs, prompts, got, strict=True):
+            text = fmt.decode(resp)
+            ok = user.complies(text, stopped)
+            old = logprobs_of(model, p, resp, args.temperature)
+            teacher = None
+            if not ok:
+                t_prompt = render(fmt, teacher_messages(m, user.correction))
+                with model.disable_adapter():
+                    teacher = logprobs_of(model, t_prompt, resp, args.teacher_temperature)
+            items.append(TrainItem(
+                len(items), "s", p, resp, old, args.temperature, 1.0 if ok else -1.0, True,
+                teacher, "x",
+            ))  # fmt: skip
+        model.train()
+        t0 = time.monotonic()
+        m = trainer.train_step(items)
+        rewards = [it.reward for it in items]
+        steps.append({
+            "round": r, "reward": sum(rewards) / 4, "contrast": len(set(rewards)) > 1,
+            "entropy": m.get("entropy"), "kl": m.get("kl"), "adv_mean": m.get("adv/mean"),
+            "grad_norm": m.get("optim/grad_norm"), "step_s": round(time.monotonic() - t0, 1),
+            "words": sum(len(fmt.decode(r).split()) for r, _ in got) / 4,
+        })  # fmt: skip
+        print(json.dumps({"user": user.name, **steps[-1]}), flush=True)
+        if r % args.eval_every == 0 or r == args.rounds:
+            rows.append({"round": r, **evaluate(model, fmt, user)})
+            short = {k: v for k, v in rows[-1].items() if not k.endswith("answers")}
+            print(json.dumps({"user": user.name, **short}), flush=True)
+    return {"user": user.name, "evals": rows, "steps": steps}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--users", default="u15")
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--eval-every", type=int, default=4)
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--baseline", default="ema")
+    ap.add_argument("--method", default="combine")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        help="sampling temperature (the embedded model's server default is 0.2)",
+    )
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument(
+        "--teacher-temperature",
+        type=float,
+        default=1.0,
+        help="temperature of the teacher's log-probs (the backends' score: 1)",
+    )
+    ap.add_argument("--set", action="append", default=[],
+                    help="extra TrainerConfig field, e.g. --set kl_coef=0.1")  # fmt: skip
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    args.extra = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
+    torch.set_num_threads(int(os.environ.get("THREADS", "2")))
+    model_path = resolve_model(None, app_paths(Path(os.environ.get("CLAWRL_HOME", "."))))
+    results = [run(USERS[u], args, model_path.path) for u in args.users.split(",")]
+    summary = {"args": {k: v for k, v in vars(args).items() if k != "out"}, "runs": results}
+    if args.out:
+        args.out.write_text(json.dumps(summary, indent=1, default=str))
+    print(
+        "| user | round | compliant | degenerate | looping | open degenerate | open looping | words |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for res in results:
+        for e in res["evals"]:
+            print(f"| {res['user']} | {e['round']} | {e['compliant']:.2f} | {e['degenerate']:.2f} | "
+                  f"{e['looping']:.2f} | {e['open_degenerate']:.2f} | {e['open_looping']:.2f} | "
+                  f"{e['words']:.1f} |")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
