@@ -172,6 +172,10 @@ class Plan:
     reasons: tuple[str, ...]
     default_lr: float = 1e-4
     """AdamW learning rate when train.lr is empty (see `default_lr`)."""
+    lr: float | None = None
+    """The learning rate set in train.lr (None: the trainer uses `default_lr`)."""
+    batch_size: int | None = None
+    """The batch size set in train.batch_size (None: `default_batch_size`)."""
     merge_lora: bool = False
     """Torch backend: serve each LoRA version as merged weights (base speed, more memory)."""
     gradient_checkpointing: bool = False
@@ -502,7 +506,23 @@ def plan(inv: Inventory, model: ModelInfo, settings: Settings) -> Plan:
         result = replace(result, prefix_cache_mb=cache_mb)
         reasons.append(cache_why)
     batch_why = "" if gpus else ": a CPU LoRA step on 8x256 tokens takes 19-70 s on 2 cores"
-    return replace(result, reasons=(*reasons, f"Default batch size {batch}{batch_why}.", lr_why))
+    batch_why = f"Default batch size {batch}{batch_why}."
+    t = settings.train
+    if t.batch_size is not None:
+        batch_why = f"Batch size {t.batch_size}, as set in train.batch_size (default {batch})."
+    if t.lr is not None:
+        lr_why = f"Learning rate {t.lr:g}, as set in train.lr (default {lr:g})."
+    return replace(result, lr=t.lr, batch_size=t.batch_size, reasons=(*reasons, batch_why, lr_why))
+
+
+def effective_lr(plan: Plan) -> float:
+    """The learning rate the trainer uses: train.lr when set, else the plan's default."""
+    return plan.lr if plan.lr is not None else plan.default_lr
+
+
+def effective_batch_size(plan: Plan) -> int:
+    """The batch size the trainer uses: train.batch_size when set, else the plan's default."""
+    return plan.batch_size if plan.batch_size is not None else plan.default_batch_size
 
 
 def _checkpointing_reason(on: bool, asked: str, without: Sequence[_Check]) -> str:
@@ -555,7 +575,9 @@ def format_plan(plan: Plan) -> str:
         f"Trainer:  {plan.train_mode} on {_devs(plan.train_devices)}"
         + (" (colocated with serving)" if plan.colocated else "")
         + f", gradient checkpointing {'on' if plan.gradient_checkpointing else 'off'}",
-        f"Batch:    {plan.default_batch_size} samples per step, lr {plan.default_lr:g} (defaults)",
+        f"Batch:    {effective_batch_size(plan)} samples per step "
+        f"({'train.batch_size' if plan.batch_size is not None else 'default'}), "
+        f"lr {effective_lr(plan):g} ({'train.lr' if plan.lr is not None else 'default'})",
         "Memory (GiB):",
         *(
             f"  {m.role:<9} {m.device:<16} need {m.need_gib:6.1f} of {m.have_gib:6.1f}"

@@ -40,6 +40,8 @@ from clawrl_app.hardware import (
     PlanError,
     checkpointing_choices,
     default_lr,
+    effective_batch_size,
+    effective_lr,
     format_plan,
     inventory,
     parse_nvidia_smi,
@@ -234,6 +236,23 @@ def test_default_learning_rate_by_mode_and_device() -> None:
     full = plan(fake_inventory(8), model("8B"), settings(CLAWRL_TRAIN__MODE="full"))
     assert full.train_mode == "full" and full.default_lr == 1e-5
     assert default_lr("full", False)[0] == 1e-5
+
+
+def test_the_plan_shows_the_learning_rate_and_batch_size_the_trainer_uses() -> None:
+    """train.lr / train.batch_size set by the user (CLAWRL_TRAIN__LR) are what the trainer
+    uses, so the plan shows them, not the defaults it would have used."""
+    default = plan(fake_inventory(0), model("0.1B"), settings())
+    assert effective_lr(default) == 5e-4 and effective_batch_size(default) == 4
+    assert "4 samples per step (default), lr 0.0005 (default)" in format_plan(default)
+    assert any(r.startswith("Default learning rate 5e-4") for r in default.reasons)
+    set_ = plan(fake_inventory(0), model("0.1B"),
+                settings(CLAWRL_TRAIN__LR="1e-4", CLAWRL_TRAIN__BATCH_SIZE="8"))  # fmt: skip
+    assert effective_lr(set_) == 1e-4 and set_.default_lr == 5e-4
+    assert effective_batch_size(set_) == 8
+    text = format_plan(set_)
+    assert "8 samples per step (train.batch_size), lr 0.0001 (train.lr)" in text
+    assert "Learning rate 0.0001, as set in train.lr (default 0.0005)." in text
+    assert "Batch size 8, as set in train.batch_size (default 4)." in text
 
 
 @pytest.mark.parametrize(

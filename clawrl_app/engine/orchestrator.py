@@ -55,7 +55,14 @@ from clawrl_app.engine.store.faults import log_failure
 from clawrl_app.engine.training.config import TOPK_METHODS, TrainerConfig, tis_cap
 from clawrl_app.engine.training.schedule import gate
 from clawrl_app.engine.training.supervisor import TrainerSupervisor
-from clawrl_app.hardware import ModelInfo, Plan, inventory, plan
+from clawrl_app.hardware import (
+    ModelInfo,
+    Plan,
+    effective_batch_size,
+    effective_lr,
+    inventory,
+    plan,
+)
 from clawrl_app.models import (
     ResolvedModel,
     gguf_source,
@@ -332,8 +339,8 @@ class Engine:
             model_path=str(self.model.path),
             method=t.method,
             mode=mode,
-            batch_size=t.batch_size or self.plan.default_batch_size,
-            lr=t.lr or self.plan.default_lr,
+            batch_size=effective_batch_size(self.plan),
+            lr=effective_lr(self.plan),
             updates_per_batch=t.updates_per_batch,
             lora_rank=t.lora_rank,
             lora_alpha=t.lora_alpha,
