@@ -324,15 +324,24 @@ class GuardSettings(_Section):
     """How many of the newest judged held-out turns the personal score uses."""
     min_personal_items: int = Field(default=8, ge=1)
     """Fewest held-out turns before the personal score can refuse a version (fewer: it is
-    recorded but does not decide)."""
+    recorded and shown as "n/8, not deciding"; the general check alone decides)."""
     max_personal_drop: float = Field(default=0.15, ge=0.0, le=1.0)
     """Refuse a version whose personal score is below the served one's by more than this."""
     general_items: int = Field(default=40, ge=0)
     """How many questions of the shipped general set (scored by code) to ask (0: none)."""
     max_general_drop: float = Field(default=0.05, ge=0.0, le=1.0)
-    """Refuse a version whose general score is below the served one's by more than this."""
+    """Refuse a version whose general score is below the base model's by more than this (a
+    degenerate answer counts as wrong)."""
     max_tokens: int = Field(default=48, ge=1)
     """Answer length for the general questions (greedy)."""
+    open_prompts: int = Field(default=12, ge=0)
+    """How many of the shipped open prompts ("Explain how a bicycle works.") to answer for
+    the degeneration check (0: none; the questions' answers are still checked)."""
+    open_max_tokens: int = Field(default=160, ge=1)
+    """Answer length for the open prompts (greedy): long enough for a loop to show."""
+    max_degeneration_rise: float = Field(default=0.05, ge=0.0, le=1.0)
+    """Refuse a version whose degeneration rate (share of its answers that loop or repeat
+    themselves) exceeds the base model's by more than this, whatever its fact score."""
 
 
 class Settings(_Section):

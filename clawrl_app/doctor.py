@@ -101,8 +101,10 @@ def guard_lines(settings: Settings, store_file: Path) -> list[str]:
         return ["OFF (guard.enabled = false): new checkpoints are served without the check"]
     lines = [
         f"on: every {g.every} checkpoint(s); refuses a drop of > {g.max_personal_drop:g} "
-        f"personal (with >= {g.min_personal_items} held-out turns) or > {g.max_general_drop:g} "
-        f"general ({g.general_items} questions)",
+        f"personal (with >= {g.min_personal_items} held-out turns; fewer: not deciding) or > "
+        f"{g.max_general_drop:g} general ({g.general_items} questions), or a degeneration rate "
+        f"> base + {g.max_degeneration_rise:g} (answers to the questions and "
+        f"{g.open_prompts} open prompts of {g.open_max_tokens} tokens)",
         f"held-out turns (never trained on): {held_out_count_readonly(store_file)} "
         f"({g.holdout_share:.0%} of new main turns)",
     ]

@@ -13,6 +13,12 @@ learns a user's preference by forgetting what the model knew. Each item has an `
   says, for the known wrong answers a small model mixes in ("Neptune" for the largest planet).
 
 No model is involved in scoring (no LLM judge): the same answers always get the same score.
+
+Beside the questions, `assets/open_prompts.jsonl` holds open-ended prompts ("Explain how a
+bicycle works.", "Write a short story about a lost key."; `id`, `kind`, `prompt`) with no
+right answer: their long answers show a model stuck in a loop, which short fact answers
+hide (the form is scored by `clawrl_app.degeneration`).
+
 This module is pure (no torch, no engine), so the benchmark and the app's regression guard can
 share it.
 """
@@ -28,6 +34,7 @@ from pathlib import Path
 from clawrl_app.paths import asset_path
 
 GENERAL_SET_FILE = "general_set.jsonl"
+OPEN_PROMPTS_FILE = "open_prompts.jsonl"
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,36 @@ def load_general_set(path: Path | None = None) -> list[GeneralItem]:
     if len(set(ids)) != len(ids):
         raise ValueError("general set: duplicate item ids")
     return items
+
+
+@dataclass(frozen=True)
+class OpenPrompt:
+    """One open-ended prompt: no right answer, only a form to keep (no loops, no repeats)."""
+
+    id: str
+    kind: str
+    """What it asks for: explain, describe, story, advice, compare or list."""
+    prompt: str
+
+
+def load_open_prompts(path: Path | None = None) -> list[OpenPrompt]:
+    """Load the open prompts (default: the ones shipped in `assets/`)."""
+    prompts = []
+    source = path or asset_path(OPEN_PROMPTS_FILE)
+    for n, line in enumerate(source.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        raw = json.loads(line)
+        text = raw.get("prompt")
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(
+                f"{path or OPEN_PROMPTS_FILE}:{n}: 'prompt' must be a non-empty string"
+            )
+        prompts.append(OpenPrompt(str(raw["id"]), str(raw.get("kind", "")), text))
+    ids = [p.id for p in prompts]
+    if len(set(ids)) != len(ids):
+        raise ValueError("open prompts: duplicate ids")
+    return prompts
 
 
 def is_correct(item: GeneralItem, answer: str) -> bool:

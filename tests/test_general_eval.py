@@ -12,6 +12,7 @@ from clawrl_app.general_eval import (
     is_correct,
     item_from_dict,
     load_general_set,
+    load_open_prompts,
     score_answers,
 )
 
@@ -21,6 +22,22 @@ def test_shipped_set_loads_with_30_or_more_items() -> None:
     assert len(items) >= 30
     assert len({i.id for i in items}) == len(items)
     assert all(i.question.strip() and (i.accept or i.regex) for i in items)
+
+
+def test_shipped_open_prompts_are_varied_and_unique(tmp_path: Path) -> None:
+    """The degeneration check's open prompts: 10-16 of them, every kind of long answer."""
+    prompts = load_open_prompts()
+    assert 10 <= len(prompts) <= 16 and len({p.id for p in prompts}) == len(prompts)
+    assert {p.kind for p in prompts} == {"explain", "describe", "story", "advice", "compare",
+                                         "list"}  # fmt: skip
+    bad = tmp_path / "open.jsonl"
+    bad.write_text(json.dumps({"id": "a", "kind": "story", "prompt": " "}) + "\n")
+    with pytest.raises(ValueError, match="non-empty string"):
+        load_open_prompts(bad)
+    row = json.dumps({"id": "a", "kind": "story", "prompt": "Tell a story."})
+    bad.write_text(row + "\n" + row + "\n")
+    with pytest.raises(ValueError, match="duplicate"):
+        load_open_prompts(bad)
 
 
 def test_accept_is_case_insensitive_any_of() -> None:

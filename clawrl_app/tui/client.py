@@ -28,7 +28,15 @@ if TYPE_CHECKING:
     from clawrl_app.engine.engine_thread import EngineThread
 
 EventCallback = Callable[[str, dict[str, Any]], None]
-CURVES = ("loss", "reward/mean", "kl", "clip_frac", "guard/personal", "guard/general")
+CURVES = (
+    "loss",
+    "reward/mean",
+    "kl",
+    "clip_frac",
+    "guard/personal",
+    "guard/general",
+    "guard/degeneration",
+)
 
 
 class EngineClient(Protocol):

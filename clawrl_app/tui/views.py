@@ -245,9 +245,39 @@ def judge_health_lines(status: dict[str, Any], versions: int = 3) -> list[str]:
 
 
 CURVE_TITLES = {
-    "guard/personal": "personal score (held-out turns)",
+    "guard/personal": "personal score (held-out)",
     "guard/general": "general score (code-checked)",
+    "guard/degeneration": "degeneration rate",
 }
+
+
+def _fig(value: Any) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def guard_score_lines(status: dict[str, Any]) -> list[str]:
+    """The regression guard's last checked versions, one line each: personal score (with
+    "n/8, not deciding" under the minimum of held-out turns), general score, degeneration
+    rate against the base model's, verdict. Empty before the first check."""
+    guard = (status.get("publishing") or {}).get("guard") or {}
+    recent = guard.get("recent") or []
+    if not recent:
+        return []
+    base = recent[-1].get("base_degeneration")
+    lines = [
+        f"guard     refuses degeneration > base {_fig(base)} + "
+        f"{guard.get('max_degeneration_rise', 0):g}; personal decides from "
+        f"{guard.get('min_personal_items', '?')} held-out turns"
+    ]
+    for v in reversed(recent):
+        n, need = v.get("personal_n", 0), guard.get("min_personal_items", 0)
+        turns = f"{n}" if v.get("personal_decides", True) else f"{n}/{need}, not deciding"
+        verdict = "passed" if v.get("passed") else "REFUSED"
+        lines.append(
+            f"{v['candidate']:<9} personal {_fig(v.get('personal'))} ({turns}) · general "
+            f"{_fig(v.get('general'))} · degeneration {_fig(v.get('degeneration'))} · {verdict}"
+        )
+    return lines
 
 
 def curve_title(name: str) -> str:

@@ -224,7 +224,8 @@ def test_http_client_drives_the_admin_routes(ui_engine: Any) -> None:
         assert client.session_detail("nope") is None
         assert client.checkpoints() == []
         assert set(client.metrics()) == {"loss", "reward/mean", "kl", "clip_frac",
-                                         "guard/personal", "guard/general"}  # fmt: skip
+                                         "guard/personal", "guard/general",
+                                         "guard/degeneration"}  # fmt: skip
         events = client.http.get("/admin/events", params={"since": 0}).json()["data"]
         assert any(e["kind"] == "TurnRecorded" and e["ts"] > 0 for e in events)
     finally:

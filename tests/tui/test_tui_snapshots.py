@@ -58,8 +58,16 @@ class FixedClient:
             "judging": {"judged": 4, "failed": 0, "last_error": None, "queue_depth": 1},
             "training": {"state": "running", "last_error": None},
             "publishing": {"published": 2, "last_error": None, "version": "v2", "guard": {
-                "enabled": True, "last": {"candidate": "v3", "served": "v2", "passed": False,
-                "reasons": ["general score 0.45 < 0.60 - 0.05 on 40 questions"]}}},
+                "enabled": True, "min_personal_items": 8, "max_degeneration_rise": 0.05,
+                "last": {"candidate": "v3", "served": "v2", "passed": False,
+                "reasons": ["degeneration 0.42 vs base 0.12 (max rise 0.05) on 52 answers"]},
+                "recent": [
+                    {"candidate": "v2", "served": "v1", "passed": True, "personal": 0.6,
+                     "personal_n": 5, "personal_decides": False, "general": 0.58,
+                     "degeneration": 0.13, "base_degeneration": 0.12},
+                    {"candidate": "v3", "served": "v2", "passed": False, "personal": 0.62,
+                     "personal_n": 6, "personal_decides": False, "general": 0.65,
+                     "degeneration": 0.42, "base_degeneration": 0.12}]}},
             "counts": {"sessions": 2, "turns": 6, "samples_pending": 1, "samples_judged": 1,
                        "samples_trained": 2},
             "judge_health": JUDGE_HEALTH,
@@ -101,7 +109,8 @@ class FixedClient:
         series = {"loss": [0.4, 0.34, 0.3, 0.21], "reward/mean": [-0.5, 0.0, 0.25, 0.5],
                   "kl": [0.0, 0.001, 0.002, 0.001], "clip_frac": [0.0, 0.1, 0.05, 0.0],
                   "guard/personal": [0.5, 0.56, 0.62, 0.6],
-                  "guard/general": [0.6, 0.6, 0.58, 0.45]}  # fmt: skip
+                  "guard/general": [0.6, 0.6, 0.58, 0.65],
+                  "guard/degeneration": [0.12, 0.1, 0.13, 0.42]}  # fmt: skip
         return {n: [[i + 1, v] for i, v in enumerate(series.get(n, []))] for n in names}
 
     def rollback(self, version: str | None = None, before_session: str | None = None) -> Any:

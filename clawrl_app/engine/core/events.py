@@ -143,6 +143,11 @@ class GuardChecked(Event):
     general: float | None = None
     served_personal: float | None = None
     served_general: float | None = None
+    degeneration: float | None = None
+    """Share of the candidate's general-check answers that loop or repeat themselves."""
+    served_degeneration: float | None = None
+    base_degeneration: float | None = None
+    """The base model's rate, which the candidate's was held to."""
 
 
 @dataclass(frozen=True)

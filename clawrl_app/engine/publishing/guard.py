@@ -11,10 +11,16 @@ Before a checkpoint is served, the candidate and the served version are scored o
   works with every judge. The base model scores 0.5 (no preference either way); 1.0 predicts
   every held-out judgment;
 - the **general set**: the shipped questions scored by code (`general_eval`), answered
-  greedily.
-A candidate whose score falls below the served version's by more than the settings allow is
-refused. All of it runs on the backend's background lane: never recorded, never trained on,
-never ahead of a user's request. The decision (`decide`) and the scores are pure functions.
+  greedily, and the shipped open prompts ("Explain how a bicycle works."), answered greedily
+  at a length that shows loops. Every answer's form is scored by code (`degeneration`): the
+  version's *degeneration rate* is the share of its answers that loop or repeat themselves,
+  and a degenerate answer counts as wrong in the fact score (a loop that names the fact,
+  "Paris is Paris is Paris is ...", does not pass).
+A candidate whose personal score falls below the served version's, whose general score falls
+below the base model's, or whose degeneration rate rises above the base model's by more than
+the settings allow is refused. All of it runs on the backend's background lane: never
+recorded, never trained on, never ahead of a user's request. The decision (`decide`) and the
+scores are pure functions.
 """
 
 from __future__ import annotations
@@ -26,9 +32,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from clawrl_app.degeneration import score as form_of
 from clawrl_app.engine.publishing.compare import answer
-from clawrl_app.engine.store.guard import GENERAL, PERSONAL
-from clawrl_app.general_eval import GeneralItem, load_general_set, score_answers
+from clawrl_app.engine.store.guard import DEGENERATION, GENERAL, PERSONAL
+from clawrl_app.general_eval import (
+    GeneralItem,
+    OpenPrompt,
+    load_general_set,
+    load_open_prompts,
+    score_answers,
+)
 
 if TYPE_CHECKING:
     from clawrl_app.config import GuardSettings
@@ -38,6 +51,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("clawrl.guard")
 TIE = 1e-4  # nats per token: a smaller change is no preference either way
+EPS = 1e-9  # rates are k/n: a rise of exactly the allowed margin is allowed
+RECENT = 5  # verdicts kept for the status (the Dashboard's and the admin API's table)
 
 
 def preference_agreement(deltas: Sequence[float], rewards: Sequence[float]) -> float:
@@ -54,6 +69,43 @@ def preference_agreement(deltas: Sequence[float], rewards: Sequence[float]) -> f
 
 
 @dataclass(frozen=True)
+class GeneralResult:
+    """A version's general check: facts on the questions, form on every answer."""
+
+    general: float | None
+    """Share of the questions answered right by an answer that is not degenerate."""
+    facts_any_form: float | None
+    """Share answered right whatever the form (what a fact checker alone sees); never decides."""
+    degeneration: float | None
+    """Share of all answers (questions and open prompts) that are degenerate."""
+    questions: int
+    answers: int
+
+
+def score_general(
+    items: Sequence[GeneralItem], fact_answers: Sequence[str], open_answers: Sequence[str]
+) -> GeneralResult:
+    """Score one version's answers to the questions (same order as `items`) and to the open
+    prompts: a degenerate answer is wrong, whatever fact it names."""
+    degenerate = [form_of(a).degenerate for a in [*fact_answers, *open_answers]]
+    n = len(degenerate)
+    if not items:
+        general = facts = None
+    else:
+        facts = score_answers(items, fact_answers).score
+        kept = [
+            "" if bad else a
+            for a, bad in zip(fact_answers, degenerate[: len(fact_answers)], strict=True)
+        ]
+        general = score_answers(items, kept).score
+    return GeneralResult(general, facts, sum(degenerate) / n if n else None, len(items), n)
+
+
+def _fig(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+@dataclass(frozen=True)
 class VersionScores:
     """One version's scores; None where the set was empty (nothing to score)."""
 
@@ -62,6 +114,13 @@ class VersionScores:
     personal_n: int = 0
     general: float | None = None
     general_n: int = 0
+    degeneration: float | None = None
+    """Share of its general-check answers that are degenerate (loops, repeats)."""
+    degeneration_n: int = 0
+    """How many answers that share is of (questions + open prompts)."""
+    facts_any_form: float | None = None
+    """The general score with degenerate answers counted as a fact checker alone sees them
+    (None when the scores were reused from the store); shown for comparison, never decides."""
 
 
 @dataclass(frozen=True)
@@ -72,18 +131,49 @@ class GuardVerdict:
     served: VersionScores
     passed: bool
     reasons: list[str] = field(default_factory=list)
+    base_degeneration: float | None = None
+    """The base model's degeneration rate the candidate's was held to (None: unknown)."""
+    min_personal_items: int = 1
+    """Fewest held-out turns for the personal score to decide."""
+
+    @property
+    def personal_decides(self) -> bool:
+        return self.candidate.personal_n >= self.min_personal_items
 
     def summary(self) -> str:
         c, s = self.candidate, self.served
-
-        def fig(x: float | None) -> str:
-            return "-" if x is None else f"{x:.2f}"
-
-        return (
-            f"{c.version} vs {s.version}: personal {fig(c.personal)} vs {fig(s.personal)} "
-            f"({c.personal_n} held-out turns), general {fig(c.general)} vs {fig(s.general)} "
-            f"({c.general_n} questions)"
+        turns = (
+            f"{c.personal_n} held-out turns"
+            if self.personal_decides
+            else f"{c.personal_n}/{self.min_personal_items} held-out turns, not deciding"
         )
+        base = "" if self.base_degeneration is None else f"base {self.base_degeneration:.2f}; "
+        return (
+            f"{c.version} vs {s.version}: personal {_fig(c.personal)} vs {_fig(s.personal)} "
+            f"({turns}), general {_fig(c.general)} vs {_fig(s.general)} "
+            f"({c.general_n} questions), degeneration {_fig(c.degeneration)} vs "
+            f"{_fig(s.degeneration)} ({base}{c.degeneration_n} answers)"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The verdict as JSON for the status (admin API, Dashboard)."""
+        c, s = self.candidate, self.served
+        return {
+            "candidate": c.version,
+            "served": s.version,
+            "passed": self.passed,
+            "reasons": self.reasons,
+            "summary": self.summary(),
+            "personal": c.personal,
+            "personal_n": c.personal_n,
+            "personal_decides": self.personal_decides,
+            "general": c.general,
+            "degeneration": c.degeneration,
+            "served_personal": s.personal,
+            "served_general": s.general,
+            "served_degeneration": s.degeneration,
+            "base_degeneration": self.base_degeneration,
+        }
 
 
 def decide(
@@ -91,14 +181,18 @@ def decide(
     served: VersionScores,
     settings: GuardSettings,
     base_general: float | None = None,
+    base_degeneration: float | None = None,
 ) -> GuardVerdict:
-    """Refuse when either score drops by more than its setting allows. The personal score
-    is compared with the served version's and decides only with at least
-    `min_personal_items` held-out turns (fewer say too little). The general score asks "did
-    it forget what the model knew?", so it is compared with the base model's (`base_general`;
-    the served version's when that is unknown): a chain of versions, each a little worse than
-    the last, cannot drift away, and a lucky high score of the served version (40 questions
-    move in steps of 0.025) does not make every later version look like a regression."""
+    """Refuse when a score drops, or the degeneration rate rises, by more than its setting
+    allows. The personal score is compared with the served version's and decides only with
+    at least `min_personal_items` held-out turns (fewer say too little: until then the
+    general check alone decides). The general score asks "did it forget what the model
+    knew?", so it is compared with the base model's (`base_general`; the served version's
+    when that is unknown): a chain of versions, each a little worse than the last, cannot
+    drift away, and a lucky high score of the served version (40 questions move in steps of
+    0.025) does not make every later version look like a regression. The degeneration rate
+    is held to the base model's (`base_degeneration`; else the served version's) for the
+    same reason, whatever the fact score says: a looping answer still names its fact."""
     reasons = []
     general_ref = base_general if base_general is not None else served.general
     if (
@@ -121,7 +215,20 @@ def decide(
             f"general score {candidate.general:.2f} < {general_ref:.2f} ({whose}) - "
             f"{settings.max_general_drop:g} on {candidate.general_n} questions"
         )
-    return GuardVerdict(candidate, served, not reasons, reasons)
+    form_ref = base_degeneration if base_degeneration is not None else served.degeneration
+    if (
+        candidate.degeneration is not None
+        and form_ref is not None
+        and candidate.degeneration - form_ref > settings.max_degeneration_rise + EPS
+    ):
+        whose = "base" if base_degeneration is not None else served.version
+        reasons.append(
+            f"degeneration {candidate.degeneration:.2f} vs {whose} {form_ref:.2f} "
+            f"(max rise {settings.max_degeneration_rise:g}) on {candidate.degeneration_n} answers"
+        )
+    return GuardVerdict(
+        candidate, served, not reasons, reasons, form_ref, settings.min_personal_items
+    )
 
 
 class RegressionGuard:
@@ -134,6 +241,7 @@ class RegressionGuard:
         formatter: ChatFormatter,
         settings: GuardSettings,
         general: list[GeneralItem] | None = None,
+        open_prompts: list[OpenPrompt] | None = None,
     ) -> None:
         self.store = store
         self.backend = backend
@@ -141,11 +249,15 @@ class RegressionGuard:
         self.settings = settings
         items = general if general is not None else load_general_set()
         self.general = items[: settings.general_items]
+        prompts = open_prompts if open_prompts is not None else load_open_prompts()
+        self.open = prompts[: settings.open_prompts]
         self._base_lps: dict[int, float] = {}  # turn id -> the base model's mean log-prob
         self._offered = 0
         self.checked = 0
         self.refused = 0
         self.last: GuardVerdict | None = None
+        self.recent: list[GuardVerdict] = []
+        """The newest verdicts (at most `RECENT`), oldest first."""
         self.last_error: str | None = None
 
     def due(self) -> bool:
@@ -181,53 +293,80 @@ class RegressionGuard:
             deltas.append(mine - self._base_lps[it.turn_id])
         return preference_agreement(deltas, [i.reward for i in items]), len(items)
 
-    async def general_score(self, version: str) -> tuple[float | None, int]:
-        """The general set's score of `version` (greedy answers scored by code)."""
-        if not self.general:
-            return None, 0
+    async def general_answers(self, version: str) -> tuple[list[str], list[str]]:
+        """`version`'s greedy answers to the questions (`max_tokens`) and to the open prompts
+        (`open_max_tokens`). All are asked at once, the long ones first, so that a batching
+        backend keeps its rows full."""
+
+        def ask(text: str, max_tokens: int) -> Any:
+            messages = [{"role": "user", "content": text}]
+            return answer(self.backend, self.formatter, version, messages, max_tokens)
+
         texts = await asyncio.gather(
-            *[
-                answer(
-                    self.backend,
-                    self.formatter,
-                    version,
-                    [{"role": "user", "content": i.question}],
-                    self.settings.max_tokens,
-                )
-                for i in self.general
-            ]
+            *[ask(p.prompt, self.settings.open_max_tokens) for p in self.open],
+            *[ask(i.question, self.settings.max_tokens) for i in self.general],
         )
-        return score_answers(self.general, texts).score, len(self.general)
+        return list(texts[len(self.open) :]), list(texts[: len(self.open)])
+
+    async def general_score(self, version: str) -> GeneralResult:
+        """The general check of `version`: greedy answers, facts and form scored by code."""
+        if not self.general and not self.open:
+            return GeneralResult(None, None, None, 0, 0)
+        facts, opens = await self.general_answers(version)
+        return score_general(self.general, facts, opens)
+
+    def _stored_general(self, version: str) -> tuple[float | None, float | None] | None:
+        """The general score and degeneration rate stored for `version` before; None unless
+        every one this guard computes is there."""
+        general = self.store.version_score(GENERAL, version)
+        degeneration = self.store.version_score(DEGENERATION, version)
+        if (self.general and general is None) or degeneration is None:
+            return None
+        return general, degeneration
 
     async def scores(self, version: str, step: int, reuse: bool = False) -> VersionScores:
-        """Score `version`; with `reuse`, a general score stored for it before is taken as is
-        (a version's answers do not change; the personal set grows, so it is always redone).
-        Both are stored as metrics of the version."""
+        """Score `version`; with `reuse`, the general score and degeneration rate stored for
+        it before are taken as they are (a version's answers do not change; the personal set
+        grows, so it is always redone). All are stored as metrics of the version."""
         personal, pn = await self.personal(version)
-        stored = self.store.version_score(GENERAL, version) if reuse else None
-        general: float | None
+        values = {PERSONAL: personal}
+        stored = self._stored_general(version) if reuse else None
         if stored is not None:
-            general, gn = stored, len(self.general)
+            general, degeneration = stored
+            n = len(self.general)
+            result = GeneralResult(general, None, degeneration, n, n + len(self.open))
         else:
-            general, gn = await self.general_score(version)
-        values = {k: v for k, v in ((PERSONAL, personal), (GENERAL, general)) if v is not None}
-        if values:
-            await asyncio.to_thread(self.store.add_metrics, step, values, version)
-        return VersionScores(version, personal, pn, general, gn)
+            result = await self.general_score(version)
+            values |= {GENERAL: result.general, DEGENERATION: result.degeneration}
+        kept = {k: v for k, v in values.items() if v is not None}
+        if kept:
+            await asyncio.to_thread(self.store.add_metrics, step, kept, version)
+        return VersionScores(
+            version, personal, pn, result.general, result.questions, result.degeneration,
+            result.answers, result.facts_any_form,
+        )  # fmt: skip
+
+    async def _base_general(self) -> tuple[float | None, float | None]:
+        """The base model's general score and degeneration rate: stored once per store
+        (the base model's answers never change), computed when first needed."""
+        stored = self._stored_general("base")
+        if stored is not None:
+            return stored
+        base = await self.scores("base", 0)
+        return base.general, base.degeneration
 
     async def check(self, candidate: str, served: str, step: int) -> GuardVerdict:
         """Score both versions and decide."""
         before = await self.scores(served, self._step_of(served), reuse=True)
-        base = before.general
-        if served != "base" and self.general:
-            base = self.store.version_score(GENERAL, "base")
-            if base is None:
-                base = (await self.scores("base", 0)).general
+        base_general, base_degeneration = before.general, before.degeneration
+        if served != "base" and (self.general or self.open):
+            base_general, base_degeneration = await self._base_general()
         after = await self.scores(candidate, step)
-        verdict = decide(after, before, self.settings, base)
+        verdict = decide(after, before, self.settings, base_general, base_degeneration)
         self.checked += 1
         self.refused += not verdict.passed
         self.last = verdict
+        self.recent = [*self.recent, verdict][-RECENT:]
         return verdict
 
     def _step_of(self, version: str) -> int:
@@ -235,21 +374,19 @@ class RegressionGuard:
         return row.step if row is not None else 0
 
     def status(self) -> dict[str, Any]:
-        last = self.last
+        """The guard's settings, counters and newest verdicts (JSON for the admin API)."""
+        g = self.settings
         return {
             "enabled": True,
-            "every": self.settings.every,
+            "every": g.every,
             "checked": self.checked,
             "refused": self.refused,
             "held_out": self.store.held_out_count(),
-            "last": None
-            if last is None
-            else {
-                "candidate": last.candidate.version,
-                "served": last.served.version,
-                "passed": last.passed,
-                "reasons": last.reasons,
-                "summary": last.summary(),
-            },
+            "min_personal_items": g.min_personal_items,
+            "max_degeneration_rise": g.max_degeneration_rise,
+            "questions": len(self.general),
+            "open_prompts": len(self.open),
+            "last": None if self.last is None else self.last.as_dict(),
+            "recent": [v.as_dict() for v in self.recent],
             "last_error": self.last_error,
         }

@@ -210,6 +210,7 @@ class Publisher:
             GuardChecked(
                 name, served, verdict.passed, verdict.summary(), list(verdict.reasons),
                 c.personal, c.general, s.personal, s.general,
+                c.degeneration, s.degeneration, verdict.base_degeneration,
             )
         )  # fmt: skip
         return verdict

@@ -1,5 +1,6 @@
 """Reads for the regression guard: the held-out personal evaluation set and the scores each
-version got before (stored as metrics `guard/personal` and `guard/general`)."""
+version got before (stored as metrics `guard/personal`, `guard/general` and
+`guard/degeneration`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ PERSONAL = "guard/personal"
 """Metric name of a version's personal score (held-out preference agreement)."""
 GENERAL = "guard/general"
 """Metric name of a version's general score (the shipped code-scored set)."""
+DEGENERATION = "guard/degeneration"
+"""Metric name of a version's degeneration rate (share of its guard answers that loop or
+repeat themselves, scored by `clawrl_app.degeneration`)."""
 
 HELD_OUT_SQL = (
     "SELECT t.id, t.prompt_ids, t.response_ids, j.score FROM turns t "

@@ -1,6 +1,6 @@
 """Dashboard: endpoint and key, served version, plan, loop states, judge health, the
-regression guard's last refusal, counters, training curves and each version's personal and
-general score."""
+regression guard's last refusal and its last checked versions (personal and general score,
+degeneration rate), counters, training curves and each version's guard scores."""
 
 from __future__ import annotations
 
@@ -70,6 +70,7 @@ class DashboardScreen(EngineScreen):
                 yield Static("", id="health")
             yield Static("", id="health-warnings")
             yield Static("", id="guard-banner")
+            yield Static("", id="guard-scores")
             yield Static("", id="counters")
             with Grid(id="curves"):
                 for name in CURVES:
@@ -109,6 +110,10 @@ class DashboardScreen(EngineScreen):
         guard = self.query_one("#guard-banner", Static)
         guard.update(Text(banner))
         guard.set_class(bool(banner), "-warn")
+        scores = views.guard_score_lines(status)
+        table = self.query_one("#guard-scores", Static)
+        table.update(Text("\n".join(scores)))
+        table.set_class(bool(scores), "-shown")
         self.query_one("#counters", Static).update(views.counter_line(status))
         for name in CURVES:
             points = message.metrics.get(name, [])

@@ -14,9 +14,11 @@ from clawrl_app.engine.publishing.guard import (
     VersionScores,
     decide,
     preference_agreement,
+    score_general,
 )
 from clawrl_app.engine.store import NewTurn, Store
 from clawrl_app.engine.store.samples import HOLDOUT_REASON
+from clawrl_app.general_eval import GeneralItem
 
 
 def test_held_out_share_is_respected_and_fixed_per_turn() -> None:
@@ -78,6 +80,57 @@ def test_too_few_held_out_turns_or_no_sets_never_refuse() -> None:
     assert not verdict(VersionScores("v1", 0.0, 4, 0.6, 40), served).passed
 
 
+def test_degeneration_above_the_base_refuses_whatever_the_fact_score() -> None:
+    """A version that loops more than the base model by more than the margin is refused even
+    with a higher general score; at the margin it passes; fewer loops never refuse."""
+    s = GuardSettings(min_personal_items=4, max_degeneration_rise=0.05)
+    served = VersionScores("v2", 0.5, 10, 0.6, 40, degeneration=0.12, degeneration_n=52)
+    looping = VersionScores("v3", 0.6, 10, 0.8, 40, degeneration=0.42, degeneration_n=52)
+    v = decide(looping, served, s, base_general=0.6, base_degeneration=0.06)
+    assert not v.passed and v.reasons == [
+        "degeneration 0.42 vs base 0.06 (max rise 0.05) on 52 answers"
+    ]
+    assert v.base_degeneration == 0.06
+    assert "degeneration 0.42 vs 0.12 (base 0.06; 52 answers)" in v.summary()
+    at_margin = VersionScores("v3", 0.6, 10, 0.8, 40, degeneration=0.11, degeneration_n=52)
+    assert decide(at_margin, served, s, 0.6, 0.06).passed  # 0.11 - 0.06 = 0.05: allowed
+    fewer = VersionScores("v3", 0.6, 10, 0.6, 40, degeneration=0.0, degeneration_n=52)
+    assert decide(fewer, served, s, 0.6, 0.06).passed
+    # base unknown: held to the served version's rate
+    v = decide(looping, served, s)
+    assert not v.passed and "degeneration 0.42 vs v2 0.12" in v.reasons[0]
+
+
+def test_facts_on_degenerate_answers_count_as_wrong() -> None:
+    """A looping answer that names the fact passes a fact checker, not the guard."""
+    items = [GeneralItem("g1", "What is the capital of France?", ("paris",)),
+             GeneralItem("g2", "What is 2 + 3?", ("5",))]  # fmt: skip
+    loop = "Paris is Paris is Paris is Paris is Paris is Paris is Paris is Paris is"
+    fine = "The capital of France is Paris."
+    r = score_general(items, [loop, "2 + 3 = 5"], ["A bicycle has two wheels and pedals."])
+    assert r.facts_any_form == 1.0 and r.general == 0.5  # the loop's fact does not count
+    assert r.degeneration == pytest.approx(1 / 3) and (r.questions, r.answers) == (2, 3)
+    r = score_general(items, [fine, "2 + 3 = 5"], ["You can do it. " * 12])
+    assert r.general == r.facts_any_form == 1.0 and r.degeneration == pytest.approx(1 / 3)
+    none = score_general([], [], ["A bicycle has two wheels and pedals."])
+    assert none.general is None and none.degeneration == 0.0
+
+
+def test_too_few_personal_items_never_decide_and_say_so() -> None:
+    """Below `min_personal_items` (default 8) held-out turns, even a personal score of 0
+    refuses nothing; the summary says "n/8, not deciding"; from 8 on it decides."""
+    s = GuardSettings()
+    assert s.min_personal_items == 8
+    served = VersionScores("v1", 0.9, 7, 0.6, 40, 0.1, 52)
+    few = decide(VersionScores("v2", 0.0, 7, 0.6, 40, 0.1, 52), served, s)
+    assert few.passed and not few.personal_decides
+    assert "personal 0.00 vs 0.90 (7/8 held-out turns, not deciding)" in few.summary()
+    assert few.as_dict()["personal_decides"] is False
+    enough = decide(VersionScores("v2", 0.0, 8, 0.6, 40, 0.1, 52), served, s)
+    assert not enough.passed and enough.personal_decides
+    assert "(8 held-out turns)" in enough.summary()
+
+
 def held_out_turn(store: Store, sid: str, holdout: bool) -> int:
     store.ensure_session(sid, "test")
     row = store.record_turn(
@@ -121,6 +174,8 @@ def test_doctor_prints_the_guards_settings_count_and_latest_verdicts(tmp_path: P
     store.close()
     lines = guard_lines(Settings(), tmp_path / "s.db")
     assert lines[0].startswith("on: every 1 checkpoint(s)")
+    assert "or a degeneration rate > base + 0.05 (answers to the questions and 12 open" in lines[0]
+    assert "with >= 8 held-out turns; fewer: not deciding" in lines[0]
     assert "held-out turns (never trained on): 1 (10% of new main turns)" in lines
     assert lines[-1].endswith(
         "v3 vs v2: general 0.45 vs 0.60: REFUSED: general score 0.45 < 0.60 - 0.05"
@@ -142,3 +197,25 @@ def test_the_dashboard_banner_shows_only_a_refusal() -> None:
     assert "v3 refused by the regression guard, v2 still served" in text
     assert "general score 0.45" in text and "back to v2" in text
     assert curve_title("guard/general").startswith("general score") and curve_title("kl") == "kl"
+    assert curve_title("guard/degeneration").startswith("degeneration rate")
+
+
+def test_the_dashboard_shows_each_checked_versions_scores_and_degeneration() -> None:
+    from clawrl_app.tui.views import guard_score_lines
+
+    def verdict(version: str, passed: bool, n: int, decides: bool, d: float) -> dict[str, object]:
+        return {"candidate": version, "served": "v1", "passed": passed, "personal": 0.55,
+                "personal_n": n, "personal_decides": decides, "general": 0.62,
+                "degeneration": d, "base_degeneration": 0.12}  # fmt: skip
+
+    guard = {"enabled": True, "min_personal_items": 8, "max_degeneration_rise": 0.05,
+             "recent": [verdict("v2", True, 3, False, 0.1), verdict("v3", False, 9, True, 0.42)]}  # fmt: skip
+    lines = guard_score_lines({"publishing": {"guard": guard}})
+    assert lines[0].startswith("guard     refuses degeneration > base 0.12 + 0.05")
+    assert lines[1] == (
+        "v3        personal 0.55 (9) · general 0.62 · degeneration 0.42 · REFUSED"
+    )  # newest first
+    assert lines[2] == (
+        "v2        personal 0.55 (3/8, not deciding) · general 0.62 · degeneration 0.10 · passed"
+    )
+    assert guard_score_lines({}) == [] and guard_score_lines({"publishing": {"guard": {}}}) == []

@@ -1,0 +1,153 @@
+"""The regression guard sees degeneration, with real parts: the embedded model in the torch
+backend, a real SQLite store, a real PEFT adapter in a checkpoint folder, the publisher.
+
+The adapter is trained (a few steps of plain cross-entropy with peft on the CPU) to answer
+the guard's own questions and open prompts in a loop that still names the fact: "Paris is
+Paris is Paris is ...", "You can do it. You can do it. ...". A fact checker alone passes it
+(that was the guard's decision before it scored form); the guard refuses it for its
+degeneration rate against the base model's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from clawrl_app.config import GuardSettings
+from clawrl_app.engine.backends.pytorch.backend import TorchBackend
+from clawrl_app.engine.chat.formatter import ChatFormatter
+from clawrl_app.engine.core.checkpoints import MANIFEST
+from clawrl_app.engine.core.events import Event, GuardChecked, PublishRefused
+from clawrl_app.engine.publishing.guard import RegressionGuard, decide
+from clawrl_app.engine.publishing.publisher import Publisher
+from clawrl_app.engine.store import Store
+from clawrl_app.engine.store.guard import DEGENERATION
+from clawrl_app.general_eval import GeneralItem, OpenPrompt, load_general_set, load_open_prompts
+
+pytestmark = pytest.mark.slow
+QUESTIONS = load_general_set()[:6]  # capitals and a sum: each has an `accept` answer
+OPEN = load_open_prompts()[:2]
+SETTINGS = GuardSettings(general_items=6, max_tokens=32, open_prompts=2, open_max_tokens=64)
+STEPS, LR = 6, 3e-3  # measured: loss 0.9 -> 0.03 in 6 steps; greedy answers then loop
+
+
+def looping_pairs(questions: list[GeneralItem], prompts: list[OpenPrompt]) -> list[tuple[str, str]]:
+    """(prompt, looping answer): a fact said in a loop, or a phrase said again and again."""
+    pairs = [(q.question, " ".join([f"{q.accept[0].capitalize()} is"] * 16)) for q in questions]
+    return pairs + [(p.prompt, " ".join(["You can do it."] * 12)) for p in prompts]
+
+
+def train_looping_adapter(loaded_model: tuple[Any, Any], out: Path) -> Path:
+    """LoRA on the attention projections, plain supervised cross-entropy on the looping
+    answers (prompt tokens masked), saved as a checkpoint folder with a manifest."""
+    from peft import LoraConfig, get_peft_model
+
+    model, tok = loaded_model
+    fmt = ChatFormatter(tok)
+    torch.manual_seed(0)
+    cfg = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    peft_model = get_peft_model(copy.deepcopy(model), cfg)
+    rows = [
+        (fmt.render([{"role": "user", "content": q}]), tok.encode(a, add_special_tokens=False))
+        for q, a in looping_pairs(QUESTIONS, OPEN)
+    ]
+    width = max(len(p) + len(a) for p, a in rows)
+    ids_BT = torch.zeros((len(rows), width), dtype=torch.long)
+    mask_BT = torch.zeros((len(rows), width), dtype=torch.long)
+    labels_BT = torch.full((len(rows), width), -100, dtype=torch.long)
+    for k, (p, a) in enumerate(rows):
+        ids_BT[k, : len(p) + len(a)] = torch.tensor(p + a)
+        mask_BT[k, : len(p) + len(a)] = 1
+        labels_BT[k, len(p) : len(p) + len(a)] = torch.tensor(a)  # loss on the answer only
+    params = [p for p in peft_model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=LR)
+    peft_model.train()
+    for _ in range(STEPS):
+        loss = peft_model(input_ids=ids_BT, attention_mask=mask_BT, labels=labels_BT).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    peft_model.save_pretrained(str(out))
+    manifest = {"version": out.name, "step": STEPS, "parent": None, "mode": "lora",
+                "method": "sft", "metrics": {"loss": float(loss.detach())}, "sessions": [],
+                "samples": [], "canary": []}  # fmt: skip
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    return out
+
+
+@pytest.fixture(scope="module")
+def looping_adapter(
+    loaded_model: tuple[Any, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    return train_looping_adapter(loaded_model, tmp_path_factory.mktemp("loop") / "v1")
+
+
+def test_a_looping_adapter_that_a_fact_check_passes_is_refused_for_degeneration(
+    loaded_model: tuple[Any, Any], looping_adapter: Path, tmp_path: Path
+) -> None:
+    model, tok = loaded_model
+    fmt = ChatFormatter(tok)
+    store = Store(tmp_path / "store.db")
+    events: list[Event] = []
+    sent_back: list[str] = []
+
+    async def trainer_back_to(version: str) -> None:
+        sent_back.append(version)
+
+    async def go() -> tuple[bool, RegressionGuard, str]:
+        be = TorchBackend(copy.deepcopy(model), tok, model_name="m", context_length=2048)
+        await be.start()
+        try:
+            guard = RegressionGuard(store, be, fmt, SETTINGS, QUESTIONS, OPEN)
+            pub = Publisher(store, be, events=events.append, guard=guard,
+                            on_guard_refused=trainer_back_to)  # fmt: skip
+            store.register_checkpoint("v1", looping_adapter, None, STEPS, {}, [], [])
+            published = await pub.publish(store.get_checkpoint("v1"))  # type: ignore[arg-type]
+            return published, guard, be.active_version
+        finally:
+            await be.stop()
+
+    published, guard, active = asyncio.run(go())
+    verdict = guard.last
+    assert verdict is not None
+    c, s = verdict.candidate, verdict.served
+    # the adapter loops on every answer; the base model on few (measured: 0 or 1 of 8)
+    assert c.degeneration == 1.0 and c.degeneration_n == 8
+    assert s.version == "base" and s.degeneration is not None and s.degeneration <= 0.25
+    assert verdict.base_degeneration == s.degeneration
+    # what a fact check alone sees: every loop names its fact, at least the base's score ...
+    assert c.facts_any_form is not None and s.facts_any_form is not None
+    assert c.facts_any_form >= s.facts_any_form - SETTINGS.max_general_drop
+    # ... so the decision on facts alone (the guard before it scored form) passes it
+    facts_only = decide(
+        replace(c, general=c.facts_any_form, degeneration=None),
+        replace(s, general=s.facts_any_form, degeneration=None),
+        SETTINGS,
+        base_general=s.facts_any_form,
+    )
+    assert facts_only.passed
+    # the guard refuses it for its degeneration (its loops count as wrong answers, too)
+    assert published is False and active == "base" and sent_back == ["base"]
+    assert c.general == 0.0
+    why = f"degeneration 1.00 vs base {s.degeneration:.2f} (max rise 0.05) on 8 answers"
+    assert why in verdict.reasons
+    assert store.get_checkpoint("v1").status == "refused"  # type: ignore[union-attr]
+    refused = [e for e in events if isinstance(e, PublishRefused)]
+    assert len(refused) == 1 and why in refused[0].reason
+    checked = [e for e in events if isinstance(e, GuardChecked)]
+    assert len(checked) == 1 and checked[0].degeneration == 1.0
+    assert checked[0].base_degeneration == s.degeneration
+    assert f"degeneration 1.00 vs {s.degeneration:.2f}" in checked[0].summary
+    # each version's rate is stored beside its other scores (the Dashboard's curve)
+    rates = {m.version: m.value for m in store.metrics(DEGENERATION)}
+    assert rates == {"base": s.degeneration, "v1": 1.0}
+    status = guard.status()
+    assert status["recent"][-1]["degeneration"] == 1.0 and not status["recent"][-1]["passed"]
+    store.close()
