@@ -27,7 +27,7 @@ from clawrl_app.engine.chat.messages import message_text
 from clawrl_app.engine.core.checkpoints import checkpoint_problem
 from clawrl_app.engine.publishing.rollback import USABLE
 from clawrl_app.engine.store import ENV_SOURCE_PREFIX, Store
-from clawrl_app.engine.store.guard import GENERAL, PERSONAL
+from clawrl_app.engine.store.guard import DEGENERATION, GENERAL, PERSONAL
 
 if TYPE_CHECKING:
     from clawrl_app.engine.backends.base import Backend
@@ -179,10 +179,11 @@ async def load_for_compare(version: str, path: Path, backend: Backend) -> None:
 def guard_scores(store: Store | None, version: str) -> dict[str, float | None]:
     """The version's stored regression-guard scores (None where it was not scored)."""
     if store is None:
-        return {"personal": None, "general": None}
+        return {"personal": None, "general": None, "degeneration": None}
     return {
         "personal": store.version_score(PERSONAL, version),
         "general": store.version_score(GENERAL, version),
+        "degeneration": store.version_score(DEGENERATION, version),
     }
 
 

@@ -23,7 +23,7 @@ from clawrl_app.engine.backends.pytorch.backend import TorchBackend
 from clawrl_app.engine.chat.formatter import ChatFormatter
 from clawrl_app.engine.core.checkpoints import MANIFEST
 from clawrl_app.engine.core.events import Event, GuardChecked, PublishRefused
-from clawrl_app.engine.publishing.guard import GENERAL, PERSONAL, RegressionGuard
+from clawrl_app.engine.publishing.guard import DEGENERATION, GENERAL, PERSONAL, RegressionGuard
 from clawrl_app.engine.publishing.publisher import Publisher
 from clawrl_app.engine.store import NewTurn, Store
 from clawrl_app.engine.store.samples import HOLDOUT_REASON
@@ -185,7 +185,7 @@ def test_compare_loads_an_older_checkpoint_for_the_comparison_and_shows_guard_sc
     store.register_checkpoint("v1", path, None, 1, {}, [], [])
     store.mark_published("v1")
     store.add_metrics(0, {GENERAL: 0.55, PERSONAL: 0.5}, "base")
-    store.add_metrics(1, {GENERAL: 0.6}, "v1")
+    store.add_metrics(1, {GENERAL: 0.6, DEGENERATION: 0.25}, "v1")
     prompts = [[{"role": "user", "content": "Name a fruit."}]]
 
     async def go() -> tuple[dict[str, Any], list[str]]:
@@ -202,11 +202,15 @@ def test_compare_loads_an_older_checkpoint_for_the_comparison_and_shows_guard_sc
     result, versions_after = asyncio.run(go())
     assert result["loaded_for_compare"] == ["v1"] and "v1" not in versions_after
     assert result["summary"]["identical"] == 1  # LoRA B = 0 answers as the base model
-    assert result["guard"] == {"a": {"personal": 0.5, "general": 0.55},
-                               "b": {"personal": None, "general": 0.6}}  # fmt: skip
+    assert result["guard"] == {"a": {"personal": 0.5, "general": 0.55, "degeneration": None},
+                               "b": {"personal": None, "general": 0.6,
+                                     "degeneration": 0.25}}  # fmt: skip
     from clawrl_app.tui.compare_views import summary_line
 
-    assert "general score 0.55 vs 0.60 · personal score 0.50 vs -" in summary_line(result)
+    assert (
+        "general score 0.55 vs 0.60 · personal score 0.50 vs - · degeneration rate - vs 0.25"
+        in (summary_line(result))
+    )
     store.close()
 
 
