@@ -35,13 +35,13 @@ pytestmark = pytest.mark.slow
 QUESTIONS = load_general_set()[:6]  # capitals and a sum: each has an `accept` answer
 OPEN = load_open_prompts()[:2]
 SETTINGS = GuardSettings(general_items=6, max_tokens=32, open_prompts=2, open_max_tokens=64)
-STEPS, LR = 6, 3e-3  # measured: loss 0.9 -> 0.03 in 6 steps; greedy answers then loop
+STEPS, LR = 6, 3e-3  # measured: loss 1.6 -> 0.04 in 6 steps; greedy answers then loop
 
 
 def looping_pairs(questions: list[GeneralItem], prompts: list[OpenPrompt]) -> list[tuple[str, str]]:
     """(prompt, looping answer): a fact said in a loop, or a phrase said again and again."""
-    pairs = [(q.question, " ".join([f"{q.accept[0].capitalize()} is"] * 16)) for q in questions]
-    return pairs + [(p.prompt, " ".join(["You can do it."] * 12)) for p in prompts]
+    pairs = [(q.question, " ".join([f"{q.accept[0].capitalize()} is"] * 8)) for q in questions]
+    return pairs + [(p.prompt, " ".join(["You can do it."] * 6)) for p in prompts]
 
 
 def train_looping_adapter(loaded_model: tuple[Any, Any], out: Path) -> Path:
