@@ -52,17 +52,10 @@ from clawrl_app.engine.serving.http_server import HttpServer, bind_socket
 from clawrl_app.engine.serving.sampling_defaults import OPENAI_DEFAULTS, recommended_defaults
 from clawrl_app.engine.store import DeletedSession, JudgmentRow, Store, StoreError
 from clawrl_app.engine.store.faults import log_failure
-from clawrl_app.engine.training.config import TOPK_METHODS, TrainerConfig, tis_cap
+from clawrl_app.engine.training.config import TOPK_METHODS
 from clawrl_app.engine.training.schedule import gate
-from clawrl_app.engine.training.supervisor import TrainerSupervisor
-from clawrl_app.hardware import (
-    ModelInfo,
-    Plan,
-    effective_batch_size,
-    effective_lr,
-    inventory,
-    plan,
-)
+from clawrl_app.engine.training.supervisor import TrainerSupervisor, trainer_config
+from clawrl_app.hardware import ModelInfo, Plan, inventory, plan
 from clawrl_app.models import (
     ResolvedModel,
     gguf_source,
@@ -265,7 +258,9 @@ class Engine:
         if s.train.enabled:
             log.info("starting the trainer process")
             self.trainer = TrainerSupervisor(
-                self._trainer_config(),
+                trainer_config(
+                    self.settings, self.plan, self.paths, self.model.path, self.serving_flag
+                ),
                 self.paths.data_dir,
                 gpus=self.plan.train_devices,
                 events=self._trainer_event,
@@ -328,37 +323,6 @@ class Engine:
         self._emit(event)
         if isinstance(event, StepFinished) and self.publisher is not None:
             self.publisher.poke()  # publish the new checkpoint now, not at the next poll
-
-    def _trainer_config(self) -> TrainerConfig:
-        assert self.model is not None and self.plan is not None
-        t = self.settings.train
-        mode = self.plan.train_mode  # the asked mode, or what auto chose
-        return TrainerConfig(
-            store_path=str(self.paths.store_file),
-            checkpoints_dir=str(self.paths.checkpoints_dir),
-            model_path=str(self.model.path),
-            method=t.method,
-            mode=mode,
-            batch_size=effective_batch_size(self.plan),
-            lr=effective_lr(self.plan),
-            updates_per_batch=t.updates_per_batch,
-            lora_rank=t.lora_rank,
-            lora_alpha=t.lora_alpha,
-            weight_decay=0.1 if mode == "full" else 0.0,
-            token_budget=t.token_budget,
-            max_staleness=t.max_staleness,
-            baseline=t.baseline,
-            w_rl=t.w_rl,
-            w_opd=t.w_opd,
-            kl_coef=t.kl_coef,
-            tis_cap=tis_cap(t.behaviour_correction, t.tis_cap, self.plan.backend),
-            approved_only=self.settings.review.mode == "manual",
-            device="cuda" if self.plan.train_devices else "cpu",
-            gradient_checkpointing=self.plan.gradient_checkpointing,
-            custom_loss_path=t.custom_loss_path,
-            serving_flag_file=str(self.serving_flag.path) if self.serving_flag else None,
-            yield_max_s=t.yield_to_serving_s if self.serving_flag else 0.0,
-        )
 
     def _start_retention(self) -> None:
         """Prune old checkpoints on a schedule (apscheduler), never blocking the loop."""

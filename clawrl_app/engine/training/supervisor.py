@@ -14,12 +14,19 @@ import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clawrl_app.engine.core.events import EventSink, LoopFailed, StepFinished, StepStarted
-from clawrl_app.engine.training.config import TrainerConfig
+from clawrl_app.engine.training.config import TrainerConfig, tis_cap
 from clawrl_app.engine.training.lease import LEASE_FILE, LOCK_FILE, OwnerLease
+from clawrl_app.hardware import effective_batch_size, effective_lr
 from clawrl_app.paths import write_private
+
+if TYPE_CHECKING:
+    from clawrl_app.config import Settings
+    from clawrl_app.engine.core.cpu_share import BusyFlag
+    from clawrl_app.hardware import Plan
+    from clawrl_app.paths import AppPaths
 
 log = logging.getLogger("clawrl.trainer")
 
@@ -204,3 +211,42 @@ class TrainerSupervisor:
             "stepping": self.step_started_at is not None,
             "step_started_at": self.step_started_at,
         }
+
+
+def trainer_config(
+    settings: Settings,
+    plan: Plan,
+    paths: AppPaths,
+    model_path: Path,
+    serving_flag: BusyFlag | None,
+) -> TrainerConfig:
+    """The trainer process's configuration from the settings and the hardware plan (the
+    effective learning rate and batch size, the mode auto chose, where it may pause)."""
+    t = settings.train
+    mode = plan.train_mode  # the asked mode, or what auto chose
+    return TrainerConfig(
+        store_path=str(paths.store_file),
+        checkpoints_dir=str(paths.checkpoints_dir),
+        model_path=str(model_path),
+        method=t.method,
+        mode=mode,
+        batch_size=effective_batch_size(plan),
+        lr=effective_lr(plan),
+        updates_per_batch=t.updates_per_batch,
+        lora_rank=t.lora_rank,
+        lora_alpha=t.lora_alpha,
+        weight_decay=0.1 if mode == "full" else 0.0,
+        token_budget=t.token_budget,
+        max_staleness=t.max_staleness,
+        baseline=t.baseline,
+        w_rl=t.w_rl,
+        w_opd=t.w_opd,
+        kl_coef=t.kl_coef,
+        tis_cap=tis_cap(t.behaviour_correction, t.tis_cap, plan.backend),
+        approved_only=settings.review.mode == "manual",
+        device="cuda" if plan.train_devices else "cpu",
+        gradient_checkpointing=plan.gradient_checkpointing,
+        custom_loss_path=t.custom_loss_path,
+        serving_flag_file=str(serving_flag.path) if serving_flag else None,
+        yield_max_s=t.yield_to_serving_s if serving_flag else 0.0,
+    )
