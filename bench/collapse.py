@@ -143,10 +143,6 @@ USERS = {
 }
 
 
-def render(fmt: ChatFormatter, messages: list[dict[str, Any]]) -> list[int]:
-    return fmt.render(messages)
-
-
 @torch.no_grad()
 def generate(
     model: Any,
@@ -193,22 +189,23 @@ def logprobs_of(
 
 def evaluate(model: Any, fmt: ChatFormatter, user: User) -> dict[str, Any]:
     model.eval()
-    asks = [render(fmt, [{"role": "user", "content": q}]) for q in user.held_out]
+    asks = [fmt.render([{"role": "user", "content": q}]) for q in user.held_out]
     got = generate(model, fmt, asks, user.max_tokens, greedy=True)
     texts = [fmt.decode(r) for r, _ in got]
     open_got = generate(
-        model, fmt, [render(fmt, [{"role": "user", "content": q}]) for q in OPEN], 128, True
+        model, fmt, [fmt.render([{"role": "user", "content": q}]) for q in OPEN], 128, True
     )
     open_texts = [fmt.decode(r) for r, _ in open_got]
     model.train()
+    forms = [degeneration(t) for t in texts]
+    open_forms = [degeneration(t) for t in open_texts]
     n = len(texts)
     return {
         "compliant": sum(user.complies(t, s) for t, (_, s) in zip(texts, got, strict=True)) / n,
-        "degenerate": sum(degeneration(t).degenerate for t in texts) / n,
-        "looping": sum(degeneration(t).max_phrase_repeats >= 3 for t in texts) / n,
-        "open_looping": sum(degeneration(t).max_phrase_repeats >= 3 for t in open_texts)
-        / len(OPEN),
-        "open_degenerate": sum(degeneration(t).degenerate for t in open_texts) / len(OPEN),
+        "degenerate": sum(f.degenerate for f in forms) / n,
+        "looping": sum(f.max_phrase_repeats >= 3 for f in forms) / n,
+        "open_looping": sum(f.max_phrase_repeats >= 3 for f in open_forms) / len(OPEN),
+        "open_degenerate": sum(f.degenerate for f in open_forms) / len(OPEN),
         "words": sum(len(t.split()) for t in texts) / n,
         "answers": texts,
         "open_answers": open_texts,
@@ -233,7 +230,7 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
     for r in range(1, args.rounds + 1):
         qs = [user.prompts[(4 * (r - 1) + i) % len(user.prompts)] for i in range(4)]
         msgs = [[{"role": "user", "content": q}] for q in qs]
-        prompts = [render(fmt, m) for m in msgs]
+        prompts = [fmt.render(m) for m in msgs]
         model.eval()
         got = generate(model, fmt, prompts, user.max_tokens, False, args.temperature, args.top_p)
         items = []
@@ -243,7 +240,7 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
             old = logprobs_of(model, p, resp, args.temperature)
             teacher = None
             if not ok:
-                t_prompt = render(fmt, teacher_messages(m, user.correction))
+                t_prompt = fmt.render(teacher_messages(m, user.correction))
                 with model.disable_adapter():
                     teacher = logprobs_of(model, t_prompt, resp, args.teacher_temperature)
             items.append(TrainItem(
