@@ -37,6 +37,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from learn_personas import ADVICE_HELD_OUT, ADVICE_PROMPTS, OPEN_PROMPTS  # noqa: E402
+
 from clawrl_app.degeneration import score as degeneration  # noqa: E402
 from clawrl_app.engine.chat.formatter import ChatFormatter, eos_token_ids  # noqa: E402
 from clawrl_app.engine.judging.prompts import teacher_messages  # noqa: E402
@@ -66,27 +68,8 @@ HELD_OUT = [
     "How do magnets work?", "What is a hurricane?", "What is a desert?",
     "How does a microwave oven heat food?", "What is a fossil?", "Why is the sea salty?",
 ]  # fmt: skip
-ADVICE = [
-    "How can I sleep better?", "How do I stay focused while studying?",
-    "How can I save money on groceries?", "How do I prepare for a job interview?",
-    "How can I make new friends in a new city?", "How do I start running?",
-    "How can I keep my houseplants alive?", "How do I write a good email?",
-    "How can I learn a language faster?", "How do I plan a trip on a budget?",
-    "How can I reduce stress at work?", "How do I cook rice well?",
-    "How can I be more productive in the morning?", "How do I organise my desk?",
-    "How can I drink more water every day?", "How do I choose a good book?",
-]  # fmt: skip
-ADVICE_HELD_OUT = [
-    "How can I stop procrastinating?", "How do I keep a journal?",
-    "How can I eat more vegetables?", "How do I fix a squeaky door?",
-    "How can I be a better listener?", "How do I pack light for a trip?",
-    "How can I remember names?", "How do I clean a cast iron pan?",
-]  # fmt: skip
-OPEN = [
-    "Explain how a bicycle works.", "Write a short story about a lost key.",
-    "Describe a busy market in the morning.", "Tell me about the history of bread.",
-    "What would you do with a free afternoon?", "Explain why exercise is good for you.",
-]  # fmt: skip
+ADVICE = list(ADVICE_PROMPTS[:16])
+OPEN = list(OPEN_PROMPTS)
 
 
 @dataclass(frozen=True)
@@ -128,7 +111,13 @@ USERS = {
             64,
         ),
         User(
-            "tips25", 25, "Shorter please, 25 words max.", "Perfect.", ADVICE, ADVICE_HELD_OUT, 96
+            "tips25",
+            25,
+            "Shorter please, 25 words max.",
+            "Perfect.",
+            ADVICE,
+            list(ADVICE_HELD_OUT[:8]),
+            96,
         ),
         User(
             "tweet",
@@ -233,7 +222,7 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
         prompts = [fmt.render(m) for m in msgs]
         model.eval()
         got = generate(model, fmt, prompts, user.max_tokens, False, args.temperature, args.top_p)
-        items = []
+        items: list[TrainItem] = []
         for m, p, (resp, stopped) in zip(msgs, prompts, got, strict=True):
             text = fmt.decode(resp)
             ok = user.complies(text, stopped)
@@ -249,12 +238,13 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
             ))  # fmt: skip
         model.train()
         t0 = time.monotonic()
-        m = trainer.train_step(items)
+        step_metrics = trainer.train_step(items)
         rewards = [it.reward for it in items]
         steps.append({
             "round": r, "reward": sum(rewards) / 4, "contrast": len(set(rewards)) > 1,
-            "entropy": m.get("entropy"), "kl": m.get("kl"), "adv_mean": m.get("adv/mean"),
-            "grad_norm": m.get("optim/grad_norm"), "step_s": round(time.monotonic() - t0, 1),
+            "entropy": step_metrics.get("entropy"), "kl": step_metrics.get("kl"),
+            "adv_mean": step_metrics.get("adv/mean"),
+            "grad_norm": step_metrics.get("optim/grad_norm"), "step_s": round(time.monotonic() - t0, 1),
             "words": sum(len(fmt.decode(r).split()) for r, _ in got) / 4,
         })  # fmt: skip
         print(json.dumps({"user": user.name, **steps[-1]}), flush=True)

@@ -67,10 +67,11 @@ from learn_drive import (  # noqa: E402
     latency_probe,
     post_chat,
 )
-from learn_personas import PERSONAS, Persona  # noqa: E402
+from learn_personas import OPEN_PROMPTS, USERS, Persona  # noqa: E402
 from learn_report import report  # noqa: E402
 
 from clawrl_app.config import load_settings  # noqa: E402
+from clawrl_app.degeneration import score as degeneration  # noqa: E402
 from clawrl_app.engine.engine_thread import EngineThread  # noqa: E402
 from clawrl_app.engine.judging.prompts import teacher_messages  # noqa: E402
 from clawrl_app.engine.store.guard import GENERAL, PERSONAL  # noqa: E402
@@ -79,6 +80,7 @@ from clawrl_app.models import resolve_model  # noqa: E402
 from clawrl_app.paths import app_paths  # noqa: E402
 
 GENERAL_MAX_TOKENS = 48
+OPEN_MAX_TOKENS = 128
 
 # --- driving the engine ---------------------------------------------------------------------
 
@@ -115,14 +117,40 @@ def heldout(
         strict=True,
     ):
         text = j["choices"][0]["message"]["content"] or ""
+        form = degeneration(text)
         rows.append(
-            {"prompt": p, "answer": text, "ok": persona.complies(text), "model": j["model"]}
+            {
+                "prompt": p,
+                "answer": text,
+                # compliant by looping is not compliant
+                "ok": persona.complies(text) and not form.degenerate,
+                "degenerate": form.degenerate,
+                "looping": form.max_phrase_repeats >= 3,
+                "words": form.words,
+                "model": j["model"],
+            }
         )
+    n = len(rows)
     return {
-        "compliance": sum(r["ok"] for r in rows) / len(rows),
+        "compliance": sum(r["ok"] for r in rows) / n,
+        "degenerate": sum(r["degenerate"] for r in rows) / n,
+        "looping": sum(r["looping"] for r in rows) / n,
+        "words": sum(r["words"] for r in rows) / n,
         "models": sorted({r["model"] for r in rows}),
         "eval_s": time.time() - t0,
         "heldout": rows,
+    }
+
+
+def open_form(url: str, workers: int) -> dict[str, Any]:
+    """Form at length: open prompts answered greedily at 128 tokens (loops show here first)."""
+    js = _answers(url, list(OPEN_PROMPTS), OPEN_MAX_TOKENS, workers)
+    texts = [j["choices"][0]["message"]["content"] or "" for j in js]
+    forms = [degeneration(t) for t in texts]
+    return {
+        "degenerate": sum(f.degenerate for f in forms) / len(forms),
+        "looping": sum(f.max_phrase_repeats >= 3 for f in forms) / len(forms),
+        "answers": texts,
     }
 
 
@@ -131,8 +159,11 @@ def general(url: str, items: list[GeneralItem], workers: int) -> dict[str, Any]:
     t0 = time.time()
     js = _answers(url, [i.question for i in items], GENERAL_MAX_TOKENS, workers)
     texts = [j["choices"][0]["message"]["content"] or "" for j in js]
-    s = score_answers(items, texts)
+    degenerate = [degeneration(t).degenerate for t in texts]
+    # facts count only in answers that are not degenerate (as the regression guard scores)
+    s = score_answers(items, ["" if d else t for t, d in zip(texts, degenerate, strict=True)])
     return {
+        "degenerate": sum(degenerate) / len(texts),
         "score": s.score,
         "correct": s.correct,
         "total": s.total,
@@ -196,7 +227,8 @@ def settle(
 def feedback_turn(
     client: httpx.Client, url: str, persona: Persona, prompt: str, sid: str, seed: int, mt: int
 ) -> dict[str, Any]:
-    """One main turn (temperature 1) and the simulated user's reply in the same session."""
+    """One main turn (at the user's temperature) and the simulated user's reply in the same
+    session; a user who rates first posts +1 / -1 for the answer."""
     msgs: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
     t0 = time.time()
     j = post_chat(
@@ -204,12 +236,16 @@ def feedback_turn(
         url,
         msgs,
         max_tokens=mt,
-        temperature=1.0,
+        temperature=persona.temperature,
         headers={"X-Session-Id": sid},
         seed=seed,
     )
     t1 = time.time()
     answer = j["choices"][0]["message"]["content"] or ""
+    if persona.rates:  # the last main turn is this answer until the reply below
+        rating = 1 if persona.complies(answer) and not degeneration(answer).degenerate else -1
+        r = client.post(f"{url}/feedback", json={"session_id": sid, "turn": -1, "rating": rating})
+        r.raise_for_status()
     msgs += [
         {"role": "assistant", "content": answer},
         {"role": "user", "content": persona.reaction(answer)},
@@ -256,12 +292,15 @@ def _engine_env(args: argparse.Namespace, model_dir: Path) -> dict[str, str]:
             env[f"CLAWRL_TRAIN__{name.upper()}"] = str(getattr(args, name))
     if args.lora_rank is not None:
         env["CLAWRL_TRAIN__LORA_RANK"] = str(args.lora_rank)
+    # any other app setting from this process's environment (e.g. CLAWRL_TRAIN__KL_COEF)
+    fixed = {"CLAWRL_HOME", "CLAWRL_MODEL__PATH", "CLAWRL_SERVER__PORT"}
+    env.update({k: v for k, v in os.environ.items() if k.startswith("CLAWRL_") and k not in fixed})
     return env
 
 
 def _metrics(store: Any) -> dict[str, list[float]]:
     names: tuple[str, ...] = ("loss", "samples/rl", "samples/opd", "samples/both", "reward/mean")
-    names += ("optim/grad_norm", "time/step_s", "time/paused_s")
+    names += ("optim/grad_norm", "time/step_s", "time/paused_s", "entropy", "adv/mean", "kl")
     return {n: [m.value for m in store.metrics(n)] for n in names}
 
 
@@ -281,7 +320,7 @@ def run_persona(
     settings = load_settings(env=_engine_env(args, model_dir)).settings
     method = settings.train.method
     mt = args.max_tokens or persona.max_tokens
-    home = tempfile.mkdtemp(prefix=f"clawrl-learn-{persona.name}-")
+    home = tempfile.mkdtemp(prefix=f"clawrl-learn-{persona.name.replace('/', '-')}-")
     watcher_ref: list[CheckpointWatcher] = []
     steps = StepWindows()
 
@@ -310,6 +349,7 @@ def run_persona(
                 probes.append(latency_probe(client, et.url, cpu, "before"))
             ev = heldout(et.url, persona, mt, args.eval_workers)
             ev["after_turns"], ev["steps"] = 0, 0
+            ev["open"] = open_form(et.url, args.eval_workers)
             evals.append(ev)
             gen_before = general(et.url, items, args.eval_workers)
             teacher = heldout(et.url, persona, mt, args.eval_workers, persona.hint())
@@ -321,7 +361,7 @@ def run_persona(
             watcher.start()
             for i in range(args.turns):
                 prompt = persona.train_prompts[i % len(persona.train_prompts)]
-                sid = f"learn-{persona.name}-{i:03d}-{uuid.uuid4().hex[:8]}"
+                sid = f"learn-{persona.name.replace('/', '-')}-{i:03d}-{uuid.uuid4().hex[:8]}"
                 t = feedback_turn(client, et.url, persona, prompt, sid, args.seed + i, mt)
                 t["i"] = i
                 turns.append(t)
@@ -347,11 +387,13 @@ def run_persona(
                 settles.append(s)
                 ev = heldout(et.url, persona, mt, args.eval_workers)
                 ev["after_turns"], ev["steps"] = i + 1, len(store.list_checkpoints())
+                ev["open"] = open_form(et.url, args.eval_workers)
                 evals.append(ev)
                 print(
                     f"{tag} after {i + 1} turns ({ev['steps']} steps, served {ev['models']}, "
                     f"waited {s['waited_s']:.0f}s{' TIMEOUT' if s['timed_out'] else ''}): "
-                    f"compliance {ev['compliance']:.2f}",
+                    f"compliance {ev['compliance']:.2f} degenerate {ev['degenerate']:.2f} "
+                    f"open degenerate {ev['open']['degenerate']:.2f}",
                     flush=True,
                 )
             gen_after = general(et.url, items, args.eval_workers)
@@ -409,7 +451,11 @@ def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--personas", default=",".join(PERSONAS), help="comma-separated")
+    ap.add_argument(
+        "--personas",
+        default="brevity,bullets,summary,calm",
+        help=f"comma-separated personas or user variants (known: {', '.join(USERS)})",
+    )
     ap.add_argument("--turns", type=int, default=32, help="feedback turns per persona")
     ap.add_argument("--block", type=int, default=8, help="measure after every K feedback turns")
     ap.add_argument("--model", default=None, help="HF model folder or .gguf (default: embedded)")
@@ -434,8 +480,8 @@ def parse_args() -> argparse.Namespace:
     args = ap.parse_args()
     args.persona_list = [p.strip() for p in args.personas.split(",") if p.strip()]
     for p in args.persona_list:
-        if p not in PERSONAS:
-            ap.error(f"unknown persona {p!r} (known: {', '.join(PERSONAS)})")
+        if p not in USERS:
+            ap.error(f"unknown persona {p!r} (known: {', '.join(USERS)})")
     if args.block < 1 or args.turns < 1:
         ap.error("--turns and --block must be >= 1")
     return args
@@ -458,7 +504,7 @@ def main() -> None:
     date = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     model = resolve_model(args.model, app_paths())
     items = load_general_set()
-    runs = [run_persona(PERSONAS[p], args, model.path, items) for p in args.persona_list]
+    runs = [run_persona(USERS[p], args, model.path, items) for p in args.persona_list]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     raw = out.parent / f"learn-{datetime.now().strftime('%Y%m%d-%H%M%S')}.json"

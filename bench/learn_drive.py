@@ -22,16 +22,14 @@ def post_chat(
     messages: list[dict[str, Any]],
     *,
     max_tokens: int,
-    temperature: float,
+    temperature: float | None,
     headers: dict[str, str],
     seed: int | None = None,
 ) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": "clawrl",
-        "messages": messages,
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-    }
+    """One chat completion; `temperature=None` leaves it to the server's default."""
+    body: dict[str, Any] = {"model": "clawrl", "messages": messages, "max_tokens": max_tokens}
+    if temperature is not None:
+        body["temperature"] = temperature
     if seed is not None:
         body["seed"] = seed
     for _ in range(20):

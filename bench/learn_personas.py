@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clawrl_app.engine.judging.heuristic_judge import corrective_hint
 
@@ -98,6 +98,13 @@ class Persona:
     heldout_prompts: tuple[str, ...]
     max_tokens: int
     """Answer budget (training and evaluation): room for the wanted shape, not much more."""
+    temperature: float | None = 1.0
+    """Sampling temperature of the feedback turns (None: the server's default, as a user who
+    never sets one gets)."""
+    rates: bool = False
+    """Also rate each answer explicitly (`POST /v1/feedback`, +1 / -1) before replying."""
+    base: str = ""
+    """The persona a user variant derives from (its own name for the four personas)."""
 
     def reaction(self, answer: str) -> str:
         """The user's next message after `answer`."""
@@ -334,5 +341,111 @@ CALM = Persona(
     max_tokens=64,
 )
 
-PERSONAS: dict[str, Persona] = {p.name: p for p in (BREVITY, BULLETS, SUMMARY_FIRST, CALM)}
+PERSONAS: dict[str, Persona] = {
+    p.name: replace(p, base=p.name) for p in (BREVITY, BULLETS, SUMMARY_FIRST, CALM)
+}
 """Every persona, by name, in the benchmark's default order."""
+
+
+def words_at_most(limit: int) -> Callable[[str], bool]:
+    """Compliance of a user who wants at most `limit` words (and something, not nothing)."""
+
+    def check(text: str) -> bool:
+        return 0 < len(text.split()) <= limit
+
+    check.__doc__ = f"not empty, at most {limit} words"
+    return check
+
+
+ADVICE_PROMPTS = (
+    "How can I sleep better?", "How do I stay focused while studying?",
+    "How can I save money on groceries?", "How do I prepare for a job interview?",
+    "How can I make new friends in a new city?", "How do I start running?",
+    "How can I keep my houseplants alive?", "How do I write a good email?",
+    "How can I learn a language faster?", "How do I plan a trip on a budget?",
+    "How can I reduce stress at work?", "How do I cook rice well?",
+    "How can I be more productive in the morning?", "How do I organise my desk?",
+    "How can I drink more water every day?", "How do I choose a good book?",
+    "How do I ask for a raise?", "How can I get better at public speaking?",
+    "How do I keep my laptop battery healthy?", "How can I wake up earlier?",
+    "How do I apologise to a friend?", "How can I make my small flat feel bigger?",
+    "How do I start a vegetable garden?", "How can I spend less time on my phone?",
+    "How do I make a good cup of coffee?", "How can I keep my bike in good shape?",
+    "How do I write a thank-you note?", "How can I stay warm in winter without high bills?",
+    "How do I teach a child to ride a bike?", "How can I improve my handwriting?",
+    "How do I choose running shoes?", "How can I host a dinner party on a budget?",
+)  # fmt: skip
+ADVICE_HELD_OUT = (
+    "How can I stop procrastinating?", "How do I keep a journal?",
+    "How can I eat more vegetables?", "How do I fix a squeaky door?",
+    "How can I be a better listener?", "How do I pack light for a trip?",
+    "How can I remember names?", "How do I clean a cast iron pan?",
+    "How can I make my mornings calmer?", "How do I care for a new puppy?",
+)  # fmt: skip
+
+
+def _variants() -> dict[str, Persona]:
+    """Users who want what a persona wants but differ from its script: the limit, the
+    wording of the correction, the prompts, max_tokens, the temperature they (do not) set,
+    and whether they rate explicitly. Named `<persona>/<variant>`."""
+    b, c = PERSONAS["brevity"], PERSONAS["calm"]
+    u15 = replace(
+        b,
+        name="brevity/u15",
+        description="at most 15 words; server's default temperature; max_tokens 64",
+        complies=words_at_most(15),
+        correction="Too long. Please answer in at most 15 words.",
+        thanks="Thanks!",
+        max_tokens=64,
+        temperature=None,
+    )
+    return {
+        v.name: v
+        for v in (
+            u15,
+            replace(
+                u15,
+                name="brevity/dozen",
+                description="about a dozen words (<= 12); server's default temperature",
+                complies=words_at_most(12),
+                correction="That is a lot of text. Keep it to about a dozen words, please.",
+                thanks="Great, thank you.",
+            ),
+            replace(
+                u15,
+                name="brevity/rated",
+                description="at most 15 words, rates each answer (+1/-1) before replying",
+                rates=True,
+            ),
+            replace(
+                b,
+                name="brevity/tips25",
+                description="advice questions, at most 25 words; temperature 1; max_tokens 96",
+                complies=words_at_most(25),
+                correction="Shorter please, 25 words max.",
+                thanks="Perfect.",
+                train_prompts=ADVICE_PROMPTS,
+                heldout_prompts=ADVICE_HELD_OUT,
+                max_tokens=96,
+            ),
+            replace(
+                c,
+                name="calm/plain",
+                description="no '!' or emoji, in other words; server's default temperature",
+                correction="Tone it down a bit: no exclamation points and no emoji, thanks.",
+                thanks="Good, thanks.",
+                temperature=None,
+            ),
+        )
+    }
+
+
+OPEN_PROMPTS = (
+    "Explain how a bicycle works.", "Write a short story about a lost key.",
+    "Describe a busy market in the morning.", "Tell me about the history of bread.",
+    "What would you do with a free afternoon?", "Explain why exercise is good for you.",
+)  # fmt: skip
+"""Open-ended prompts answered at length (128 tokens) to see loops: not any user's request."""
+
+USERS: dict[str, Persona] = {**PERSONAS, **_variants()}
+"""The four personas and their user variants, by name."""

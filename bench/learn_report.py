@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from learn_drive import LATENCY_TOKENS
-from learn_personas import PERSONAS
+from learn_personas import USERS as PERSONAS
 
 GOAL_COMPLIANCE = 0.8
 GOAL_TURNS = 32
@@ -133,6 +133,35 @@ def learning_table(runs: list[dict[str, Any]], block: int) -> list[str]:
     return lines
 
 
+def form_table(runs: list[dict[str, Any]]) -> list[str]:
+    """Per persona and measurement: held-out degenerate / looping shares and mean words, the
+    open prompts' degenerate / looping shares (128 tokens), the general set's degenerate
+    share (before and after only)."""
+    lines = [
+        "| persona | after turns | version | held-out degenerate | looping | words | "
+        "open degenerate | open looping |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        for e in r["evals"]:
+            if "degenerate" not in e:  # results from before this table existed
+                continue
+            op = e.get("open", {})
+            lines.append(
+                f"| {r['persona']} | {e['after_turns']} | {' '.join(e['models'])} | "
+                f"{e['degenerate']:.2f} | {e['looping']:.2f} | {e['words']:.1f} | "
+                f"{_fmt(op.get('degenerate'))} | {_fmt(op.get('looping'))} |"
+            )
+    if len(lines) == 2:
+        return []
+    gens = [
+        f"{r['persona']} {_fmt(r['general_before'].get('degenerate'))} -> "
+        f"{_fmt(r['general_after'].get('degenerate'))}"
+        for r in runs
+    ]
+    return [*lines, "", f"General set, degenerate answers before -> after: {'; '.join(gens)}."]
+
+
 def step_lines(runs: list[dict[str, Any]]) -> list[str]:
     """Per step: loss / reward mean / grad norm / step time; sample states."""
     lines = []
@@ -144,8 +173,11 @@ def step_lines(runs: list[dict[str, Any]]) -> list[str]:
                 m["loss"], m["reward/mean"], m["optim/grad_norm"], m["time/step_s"], strict=False
             )
         ]
+        ent = " ".join(f"{x:.2f}" for x in m.get("entropy", []))
+        adv = " ".join(f"{x:+.2f}" for x in m.get("adv/mean", []))
         lines.append(
-            f"- {r['persona']}: {', '.join(steps) or 'no steps'}; samples rl/opd/both "
+            f"- {r['persona']}: {', '.join(steps) or 'no steps'}; entropy per step {ent or 'n/a'}"
+            f"; advantage mean per step {adv or 'n/a'}; samples rl/opd/both "
             f"{sum(m['samples/rl']):.0f}/{sum(m['samples/opd']):.0f}/"
             f"{sum(m['samples/both']):.0f}; sample states {r['sample_states']}"
         )
@@ -234,6 +266,11 @@ def report(
         *learning_table(runs, args.block),
         "",
         *goal_lines(goals(runs)),
+        "",
+        "Form (greedy; degeneration by `clawrl_app.degeneration`, looping: a 3-word phrase "
+        ">= 3 times; a degenerate answer counts as not compliant and its facts as wrong):",
+        "",
+        *form_table(runs),
         "",
         "Per step (loss / reward mean / grad norm / step time):",
         "",
