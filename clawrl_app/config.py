@@ -194,8 +194,15 @@ class TrainSettings(_Section):
     many seconds per step (0 = never pause; the step then competes with chat for the cores)."""
     max_staleness: int = 8
     """Skip samples produced by a policy more than this many versions older than the trainer's."""
-    baseline: Literal["ema", "batch_mean", "none"] = "ema"
-    """Reward baseline for binary RL (none = upstream's A = r)."""
+    baseline: Literal["ema", "batch_mean", "none"] = "batch_mean"
+    """Reward baseline for binary RL: batch_mean (a batch whose rewards are all equal
+    carries no contrast and does not push), ema (a moving mean of past rewards: after a
+    run of -1 it pushes every sampled token of an all-positive batch up, and the reverse)
+    or none (upstream's A = r)."""
+    opd_baseline: Literal["batch_mean", "none"] = "none"
+    """Baseline of the teacher term (OPD, combine): batch_mean subtracts the batch's mean
+    teacher gap, whose negative mean otherwise pushes every sampled token down (none =
+    upstream)."""
     behaviour_correction: Literal["auto", "tis", "off"] = "auto"
     """When the serving engine's log-probs differ from the trainer's (llama.cpp kernels):
     truncated importance sampling (tis); auto = tis under the llama.cpp backend."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from clawrl_app.config import JudgeSettings, Settings
+from clawrl_app.degeneration import score as degeneration
 from clawrl_app.engine.backends.base import Backend, GenerationRequest, SamplingParams, TokenOut
 from clawrl_app.engine.chat.formatter import ChatFormatter
 from clawrl_app.engine.core.events import EventSink, LoopFailed, SampleJudged, wait_for_poke
@@ -62,6 +63,24 @@ def cap_cut_off(verdict: Verdict, finish_reason: str | None) -> Verdict:
         return verdict
     log.info("a cut-off answer (finish_reason length) judged %+g: counted 0", verdict.score)
     return replace(verdict, score=0.0)
+
+
+def penalize_degenerate(verdict: Verdict, answer_text: str | None) -> Verdict:
+    """An answer stuck in a loop or dominated by repeats (`clawrl_app.degeneration`) is
+    judged -1 whatever the reply said: a user who asked for brevity may say "thanks" to
+    "A volcano is a volcano is a volcano", and a judge that hears only the reply would
+    reward the loop. The rule's verdict is added as a vote; the hint stays (the teacher's
+    answer to the request is still worth learning). Explicit ratings bypass the judge."""
+    if not answer_text or verdict.score < 0:
+        return verdict
+    form = degeneration(answer_text)
+    if not form.degenerate:
+        return verdict
+    log.info(
+        "a degenerate answer (%s) judged %+g: counted -1", ", ".join(form.reasons), verdict.score
+    )
+    vote = {"rule": "degenerate", "score": -1, "reasons": list(form.reasons)}
+    return replace(verdict, score=-1.0, votes=[*verdict.votes, vote])
 
 
 class Judge(Protocol):
@@ -297,6 +316,7 @@ class JudgeLoop:
             verdict = await self.judge.verdict(judge_input(turn, sample), turn)
             if getattr(self.judge, "caps_cut_off", True):
                 verdict = cap_cut_off(verdict, turn.finish_reason)
+                verdict = penalize_degenerate(verdict, judge_input(turn, sample).answer_text)
             teacher, topk = None, None
             if verdict.hint:
                 teacher = await teacher_logprobs(

@@ -26,10 +26,12 @@ class TrainerConfig:
     grad_clip: float = 1.0
     token_budget: int = 4096
     max_staleness: int = 8
-    baseline: str = "ema"
+    baseline: str = "batch_mean"
     w_rl: float = 1.0
     w_opd: float = 1.0
     """Weights of the reward and teacher terms (combine, combine-topk; LossConfig)."""
+    opd_center: bool = False
+    """Center the teacher gap on the batch's mean (LossConfig.opd_center)."""
     kl_coef: float = 0.0
     """Weight of the k3 KL to the base model (adapter off) on the sampled tokens; LoRA and
     QLoRA only (full fine-tuning keeps no base copy)."""

@@ -105,6 +105,10 @@ class LossConfig:
     """Weight of the reward term in the combined advantage."""
     kl_coef: float = 0.0
     """Coefficient of the k3 KL to the reference model (needs `ref_logprobs_BT`)."""
+    opd_center: bool = False
+    """Subtract the batch's mean teacher gap from every token's (a baseline for the teacher
+    term): the gap's mean is -KL(π ‖ π_teacher) < 0, and left in, it pushes every sampled
+    token down at once, which flattens the policy (`opd_token_advantages`)."""
     entropy_coef: float = 0.0
     """Coefficient of the entropy bonus (needs `entropy_BT`)."""
     tis_cap: float = 0.0
@@ -238,21 +242,31 @@ def opd_token_advantages(
     has_teacher_B: Tensor,
     clip: float,
     student_logprobs_BT: Tensor | None = None,
+    center: bool = False,
 ) -> Tensor:
     """clamp(log π_teacher − log π_student, −clip, clip); 0 on padding and teacher-less
-    samples. The student is `student_logprobs_BT` (the policy at the teacher's temperature,
+    samples. With `center`, minus the clamped gap's mean over the batch's teacher tokens. The student is `student_logprobs_BT` (the policy at the teacher's temperature,
     1) when given, else the behaviour log-probs `old_logprobs_BT`.
 
     Both sides must be taken at one temperature: an answer sampled at T = 0.2 has behaviour
     log-probs near 0 (its tokens were near-certain at T = 0.2), while the teacher, scored at
     T = 1, gives the same tokens -0.5 to -2 whatever the hint says; that gap reads as "the
-    teacher dislikes every token" and pushes every sampled token down."""
+    teacher dislikes every token" and pushes every sampled token down.
+
+    Even at one temperature the gap's expectation under the policy is -KL(π ‖ π_teacher):
+    negative whatever was sampled. A constant subtracted from it leaves the expected
+    gradient unchanged (E_π[∇ log π] = 0) but removes, from the few sampled answers of a
+    small batch, the part that pushes every sampled token down at once; `center` subtracts
+    the batch mean (bench/collapse.py measures what that part does to the entropy)."""
     with torch.no_grad():
         valid_BT = _valid(mask_BT) & has_teacher_B.bool()[:, None]  # (B, T)
         teacher_BT = _upcast(teacher_logprobs_BT.detach())  # (B, T)
         student_BT = old_logprobs_BT if student_logprobs_BT is None else student_logprobs_BT
         gap_BT = teacher_BT - _upcast(student_BT.detach())  # (B, T)
-        return torch.where(valid_BT, gap_BT.clamp(-clip, clip), 0.0)  # (B, T)
+        adv_BT = torch.where(valid_BT, gap_BT.clamp(-clip, clip), 0.0)  # (B, T)
+        if center:
+            adv_BT = torch.where(valid_BT, adv_BT - _token_mean(adv_BT, valid_BT), 0.0)
+        return adv_BT  # (B, T)
 
 
 # --- core losses ----------------------------------------------------------------------------
@@ -397,6 +411,7 @@ def opd_loss(batch: LossBatch, cfg: LossConfig) -> LossResult:
         teacher_B,
         cfg.opd_clip,
         batch.student_logprobs_BT,
+        cfg.opd_center,
     )  # (B, T)
     result = policy_gradient(batch, adv_BT, valid_BT, cfg.opd_eps, cfg.opd_eps, cfg.tis_cap)
     return _with_regularizers(result, batch, cfg, valid_BT)
@@ -419,6 +434,7 @@ def combine_loss(batch: LossBatch, cfg: LossConfig, adv_B: Tensor) -> LossResult
         teacher_B,
         cfg.opd_clip,
         batch.student_logprobs_BT,
+        cfg.opd_center,
     )  # (B, T)
     rl_valid_BT = valid_BT & signal_B[:, None]  # (B, T)
     rl_adv_BT = torch.where(rl_valid_BT, adv_B.detach()[:, None], 0.0)  # (B, T)

@@ -239,6 +239,7 @@ def trainer_config(
         token_budget=t.token_budget,
         max_staleness=t.max_staleness,
         baseline=t.baseline,
+        opd_center=t.opd_baseline == "batch_mean",
         w_rl=t.w_rl,
         w_opd=t.w_opd,
         kl_coef=t.kl_coef,

@@ -149,7 +149,11 @@ class Trainer:
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.device = self.accelerator.device
         self.loss_cfg = LossConfig(
-            tis_cap=cfg.tis_cap, w_rl=cfg.w_rl, w_opd=cfg.w_opd, kl_coef=self._kl_coef(cfg)
+            tis_cap=cfg.tis_cap,
+            w_rl=cfg.w_rl,
+            w_opd=cfg.w_opd,
+            kl_coef=self._kl_coef(cfg),
+            opd_center=cfg.opd_center,
         )
         self.objective = self._objective()
         self.pause_budget = PauseBudget(cfg.yield_max_s)

@@ -254,6 +254,23 @@ def test_opd_token_advantages_clip_and_zero_where_absent() -> None:
     )
 
 
+def test_opd_center_subtracts_the_batch_mean_gap_on_teacher_tokens_only() -> None:
+    teacher = t([[-0.5, -10.0, 0.0, -1.0], [-0.1, -0.1, -0.1, -0.1]])
+    old = t([[-1.0, -1.0, -8.0, float("-inf")], [-3.0, -3.0, -3.0, -3.0]])
+    mask = t([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    adv = opd_token_advantages(teacher, old, mask, b([True, False]), 5.0, center=True)
+    # clamped gaps 0.5, -5, 5 (mean 1/6) on sample 0's three tokens; padding and the
+    # teacher-less sample stay exactly 0
+    expected = t([[0.5 - 1 / 6, -5.0 - 1 / 6, 5.0 - 1 / 6, 0.0], [0.0] * 4])
+    assert torch.allclose(adv, expected)
+    assert torch.where(mask > 0, adv, 0.0)[0].sum().item() == pytest.approx(0.0, abs=1e-6)
+    # a uniformly negative gap (the teacher "dislikes every token") no longer pushes at all
+    flat = opd_token_advantages(
+        t([[-2.0, -2.0]]), t([[-1.0, -1.0]]), t([[1.0, 1.0]]), b([True]), 5.0, center=True
+    )
+    assert torch.equal(flat, t([[0.0, 0.0]]))
+
+
 # --- objectives -----------------------------------------------------------------------------
 def test_rl_loss_means_over_signal_samples_only() -> None:
     batch = make_batch(
