@@ -1,0 +1,144 @@
+"""Learning that does no harm, with the real trainer (`Trainer.train_step`, the embedded model,
+LoRA, lr 5e-4 as the CPU plan sets it) on answers the policy itself samples.
+
+1. A batch whose rewards are all equal carries no contrast: under the default baseline
+   (`batch_mean`) the reward term does not push at all. Under the old default (`ema`), after
+   one mixed batch the moving baseline sits above -1, and an all-negative batch pushes every
+   sampled token down (what turned a user's "too long" into loops, issue #29).
+2. Steps on all-negative feedback with the user's correction as the teacher's hint, answers
+   sampled at the server's default temperature (0.2) and too long for the user: greedy
+   answers to fixed prompts do not become degenerate (repeated phrases, loops).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from clawrl_app.degeneration import score as degeneration
+from clawrl_app.engine.chat.formatter import ChatFormatter, eos_token_ids
+from clawrl_app.engine.judging.prompts import teacher_messages
+from clawrl_app.engine.training.config import TrainerConfig
+from clawrl_app.engine.training.policy_forward import response_logprobs
+from clawrl_app.engine.training.train_data import TrainItem
+from clawrl_app.engine.training.trainer import Trainer
+from clawrl_app.models import ResolvedModel
+
+pytestmark = pytest.mark.slow
+
+QUESTIONS = ["What is photosynthesis?", "Why is the sky blue?", "What is gravity?",
+             "How do vaccines work?", "What is a black hole?", "What causes earthquakes?",
+             "What is democracy?", "What is DNA?"]  # fmt: skip
+FIXED = ["Explain how a bicycle works.", "Describe a busy market in the morning.",
+         "Tell me about the history of bread.", "Explain why exercise is good for you.",
+         "What is a tornado?", "Why do birds migrate?", "How do magnets work?",
+         "What is a fossil?"]  # fmt: skip
+CORRECTION = "Too long. Please answer in at most 15 words."
+LONG = (
+    "Photosynthesis is the process by which green plants, algae and some bacteria turn "
+    "light energy into chemical energy, using carbon dioxide and water to make glucose and "
+    "releasing oxygen as a by-product, which sustains most life on Earth."
+)
+
+
+def make_trainer(tmp_path: Path, model: ResolvedModel, **overrides: Any) -> Trainer:
+    cfg = TrainerConfig(
+        store_path=str(tmp_path / "s.sqlite3"), checkpoints_dir=str(tmp_path / "ckpt"),
+        model_path=str(model.path), method="combine", batch_size=4, lr=5e-4,
+        resume_from="none", seed=0, **overrides,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return Trainer(cfg)
+
+
+def scored(trainer: Trainer, prompt: list[int], resp: list[int], temperature: float) -> list[float]:
+    item = TrainItem(0, "", prompt, resp, [0.0] * len(resp), temperature, 0.0, False, None, "x")
+    with torch.no_grad():
+        return [float(x) for x in response_logprobs(trainer.model, [item], "cpu").logprobs_BT[0]]
+
+
+def item(
+    trainer: Trainer, question: str, resp: list[int], reward: float, t: float, hint: str | None
+) -> TrainItem:
+    """A judged sample: behaviour log-probs at `t`, the teacher (base + hint) at 1."""
+    fmt = ChatFormatter(trainer.tokenizer)
+    msgs = [{"role": "user", "content": question}]
+    prompt = fmt.render(msgs)
+    teacher = None
+    if hint is not None:
+        with trainer.model.disable_adapter():
+            teacher = scored(trainer, fmt.render(teacher_messages(msgs, hint)), resp, 1.0)
+    old = scored(trainer, prompt, resp, t)
+    return TrainItem(0, "s", prompt, resp, old, t, reward, True, teacher, "x")
+
+
+@torch.no_grad()
+def answers(
+    trainer: Trainer, questions: list[str], max_tokens: int, t: float | None
+) -> list[list[int]]:
+    """The policy's answers: greedy (`t` None) or sampled at temperature `t`, top-p 0.9."""
+    fmt, tok = ChatFormatter(trainer.tokenizer), trainer.tokenizer
+    eos = sorted(eos_token_ids(tok))
+    prompts = [fmt.render([{"role": "user", "content": q}]) for q in questions]
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[eos[0]] * (width - len(p)) + p for p in prompts])
+    attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    trainer.model.eval()
+    out = trainer.model.generate(
+        input_ids=ids, attention_mask=attn, max_new_tokens=max_tokens, do_sample=t is not None,
+        temperature=t, top_p=None if t is None else 0.9, top_k=0, eos_token_id=eos,
+        pad_token_id=eos[0], use_cache=True,
+    )  # fmt: skip
+    trainer.model.train()
+    rows = []
+    for row in out[:, width:].tolist():
+        cut = next((i for i, x in enumerate(row) if x in eos), len(row))
+        rows.append(row[: cut + 1] if cut < len(row) else row)
+    return rows
+
+
+def degenerate_share(trainer: Trainer) -> float:
+    fmt = ChatFormatter(trainer.tokenizer)
+    texts = [fmt.decode(r) for r in answers(trainer, FIXED, 96, None)]
+    return sum(degeneration(t).degenerate for t in texts) / len(texts)
+
+
+def test_a_batch_without_contrast_does_not_push_under_the_default_baseline(
+    tmp_path: Path, embedded_model: ResolvedModel
+) -> None:
+    tr = make_trainer(tmp_path, embedded_model)
+    assert tr.cfg.baseline == "batch_mean"  # the default
+    tok = tr.tokenizer
+    long = list(tok(LONG, add_special_tokens=False)["input_ids"])[:32]
+    short = list(tok("Plants make food from light.", add_special_tokens=False)["input_ids"])
+    mixed = [item(tr, QUESTIONS[0], short, 1.0, 1.0, None)]
+    mixed += [item(tr, q, long, -1.0, 1.0, None) for q in QUESTIONS[1:4]]
+    assert tr.train_step(mixed)["optim/grad_norm"] > 0  # contrast: the reward term pushes
+    negative = [item(tr, q, long, -1.0, 1.0, None) for q in QUESTIONS[4:8]]
+    assert tr.train_step(negative)["optim/grad_norm"] == 0.0
+    # the old default: the moving baseline remembers the +1 (-0.55 now), so four -1 answers
+    # all get pushed down, every sampled token of them
+    tr.cfg = replace(tr.cfg, baseline="ema")
+    negative = [item(tr, q, long, -1.0, 1.0, None) for q in QUESTIONS[4:8]]
+    assert tr.train_step(negative)["optim/grad_norm"] > 0.05
+
+
+@pytest.mark.timeout(600)
+def test_all_negative_feedback_with_hints_does_not_make_greedy_answers_degenerate(
+    tmp_path: Path, embedded_model: ResolvedModel
+) -> None:
+    tr = make_trainer(tmp_path, embedded_model)
+    before = degenerate_share(tr)
+    for step in range(3):
+        qs = [QUESTIONS[(4 * step + k) % len(QUESTIONS)] for k in range(4)]
+        sampled = answers(tr, qs, 64, 0.2)  # the embedded model's server default
+        tr.train_step(
+            [item(tr, q, r, -1.0, 0.2, CORRECTION) for q, r in zip(qs, sampled, strict=True)]
+        )
+    after = degenerate_share(tr)
+    # at most one more of the eight fixed answers degenerate (the issue's run: 0.08 -> 0.58)
+    assert after <= before + 1 / len(FIXED), (before, after)
