@@ -214,8 +214,8 @@ def guard_lines(runs: list[dict[str, Any]]) -> list[str]:
     """The regression guard's verdict on each checked checkpoint, and the general score of
     every version it scored (base first), per persona."""
     lines = [
-        "| persona | version | vs served | personal | general | verdict |",
-        "|---|---|---|---|---|---|",
+        "| persona | version | vs served | personal | general | degeneration (base) | verdict |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         for g in r.get("guard", []):
@@ -223,7 +223,8 @@ def guard_lines(runs: list[dict[str, Any]]) -> list[str]:
             lines.append(
                 f"| {r['persona']} | {g['version']} | {g['served']} | "
                 f"{_fmt(g['served_personal'])} -> {_fmt(g['personal'])} | "
-                f"{_fmt(g['served_general'])} -> {_fmt(g['general'])} | {verdict} |"
+                f"{_fmt(g['served_general'])} -> {_fmt(g['general'])} | "
+                f"{_fmt(g.get('degeneration'))} ({_fmt(g.get('base_degeneration'))}) | {verdict} |"
             )
     if len(lines) == 2:
         return ["The regression guard checked no checkpoint (off, or none reached publishing)."]

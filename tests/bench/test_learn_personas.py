@@ -11,10 +11,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from learn_personas import (  # noqa: E402
     PERSONAS,
+    USERS,
     bulleted_list,
     calm_plain,
     one_short_sentence,
     summary_first,
+    words_at_most,
 )
 
 from clawrl_app.engine.judging.heuristic_judge import classify_next_state  # noqa: E402
@@ -86,9 +88,9 @@ def test_calm_plain(text: str, ok: bool) -> None:
     assert calm_plain(text) is ok
 
 
-@pytest.mark.parametrize("name", list(PERSONAS))
+@pytest.mark.parametrize("name", list(USERS))
 def test_persona_prompts_and_sizes(name: str) -> None:
-    p = PERSONAS[name]
+    p = USERS[name]
     assert len(p.train_prompts) >= 32
     assert len(p.heldout_prompts) >= 8
     assert len(set(p.train_prompts)) == len(p.train_prompts)
@@ -103,13 +105,37 @@ def test_at_least_four_personas_with_distinct_prompts() -> None:
     assert not set(all_heldout) & all_train
 
 
-@pytest.mark.parametrize("name", list(PERSONAS))
+@pytest.mark.parametrize("name", list(USERS))
 def test_replies_read_as_feedback_by_the_default_judge(name: str) -> None:
     """Corrections score -1 (with a hint for OPD) and thanks +1 under the heuristic judge."""
-    p = PERSONAS[name]
+    p = USERS[name]
     prompt = p.train_prompts[0]
     bad = classify_next_state("user", p.correction, answer="Some answer", question=prompt)
     assert bad.score == -1 and bad.hint
     good = classify_next_state("user", p.thanks, answer="Some answer", question=prompt)
     assert good.score == 1
     assert p.hint() == bad.hint  # the teacher column of the benchmark uses the judge's hint
+
+
+def test_user_variants_differ_from_their_persona_and_name_it() -> None:
+    variants = {n: u for n, u in USERS.items() if n not in PERSONAS}
+    assert len(variants) >= 4
+    for name, u in variants.items():
+        base = PERSONAS[u.base]
+        assert name.startswith(f"{u.base}/")
+        assert (u.correction, u.max_tokens, u.temperature, u.rates, u.train_prompts) != (
+            base.correction, base.max_tokens, base.temperature, base.rates, base.train_prompts
+        )  # fmt: skip
+    assert any(u.rates for u in variants.values())  # one rates explicitly
+    assert any(u.temperature is None for u in variants.values())  # one leaves it to the server
+    assert (
+        len({u.correction for u in variants.values()} - {p.correction for p in PERSONAS.values()})
+        >= 4
+    )  # wordings of their own
+
+
+def test_words_at_most() -> None:
+    check = words_at_most(15)
+    assert check("A volcano is a mountain that erupts.")
+    assert not check("")
+    assert not check(" ".join(["word"] * 16))

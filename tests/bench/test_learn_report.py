@@ -54,15 +54,21 @@ def test_guard_lines_list_every_verdict_and_the_general_score_per_version() -> N
     assert "checked no checkpoint" in guard_lines([run])[0]
     run["guard"] = [
         {"version": "v1", "served": "base", "passed": True, "reasons": [], "personal": 0.5,
-         "general": 0.6, "served_personal": 0.5, "served_general": 0.6},
+         "general": 0.6, "served_personal": 0.5, "served_general": 0.6,
+         "degeneration": 0.13, "base_degeneration": 0.12},
         {"version": "v4", "served": "v1", "passed": False, "personal": 0.7, "general": 0.5,
          "reasons": ["general score 0.50 < 0.60 - 0.05 on 40 questions"],
          "served_personal": 0.55, "served_general": 0.6},
     ]  # fmt: skip
     run["version_general"] = {"base": 0.6, "v1": 0.6, "v4": 0.5}
     lines = guard_lines([run])
-    assert lines[2] == "| brevity | v1 | base | 0.50 -> 0.50 | 0.60 -> 0.60 | passed |"
-    assert lines[3].startswith("| brevity | v4 | v1 | 0.55 -> 0.70 | 0.60 -> 0.50 | REFUSED: ")
+    assert (
+        lines[2] == "| brevity | v1 | base | 0.50 -> 0.50 | 0.60 -> 0.60 | 0.13 (0.12) | passed |"
+    )
+    # a result written before the guard scored degeneration shows n/a
+    assert lines[3].startswith(
+        "| brevity | v4 | v1 | 0.55 -> 0.70 | 0.60 -> 0.50 | n/a (n/a) | REFUSED: "
+    )
     assert lines[-1] == "- brevity: general score per version: base 0.60 -> v1 0.60 -> v4 0.50"
 
 
