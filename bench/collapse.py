@@ -17,7 +17,7 @@ Measured per step: the mean entropy of the sampled tokens, the advantage signs, 
 the batch had any contrast (rewards not all equal), the KL to the base.
 
 Run: `CLAWRL_HOME=/tmp/clawrl-dev .venv/bin/python bench/collapse.py [--users u15,dozen]
-      [--rounds 8] [--lr 5e-4] [--kl 0] [--baseline ema] [--method combine] [--seed 0]`
+      [--rounds 8] [--lr 5e-4] [--kl 0] [--baseline batch_mean] [--method combine] [--seed 0]`
 """
 
 from __future__ import annotations
@@ -261,7 +261,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--eval-every", type=int, default=4)
     ap.add_argument("--lr", type=float, default=5e-4)
-    ap.add_argument("--baseline", default="ema")
+    ap.add_argument("--baseline", default="batch_mean")
     ap.add_argument("--method", default="combine")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(

@@ -397,6 +397,19 @@ def _rl_core(batch: LossBatch, cfg: LossConfig, adv_B: Tensor) -> tuple[LossResu
     return result, valid_BT
 
 
+def _teacher_advantages(batch: LossBatch, cfg: LossConfig, valid_BT: Tensor) -> Tensor:
+    """The teacher term's token advantages of `batch` under `cfg` (`opd_token_advantages`)."""
+    return opd_token_advantages(
+        batch.teacher_logprobs_BT,
+        batch.old_logprobs_BT,
+        valid_BT,
+        batch.has_teacher_B.bool(),
+        cfg.opd_clip,
+        batch.student_logprobs_BT,
+        cfg.opd_center,
+    )  # (B, T)
+
+
 def opd_loss(batch: LossBatch, cfg: LossConfig) -> LossResult:
     """On-policy distillation (REFERENCE §5): PPO-clip with the clipped teacher gap as A_t.
 
@@ -404,15 +417,7 @@ def opd_loss(batch: LossBatch, cfg: LossConfig) -> LossResult:
     """
     teacher_B = batch.has_teacher_B.bool()  # (B,)
     valid_BT = _valid(batch.mask_BT) & teacher_B[:, None]  # (B, T)
-    adv_BT = opd_token_advantages(
-        batch.teacher_logprobs_BT,
-        batch.old_logprobs_BT,
-        valid_BT,
-        teacher_B,
-        cfg.opd_clip,
-        batch.student_logprobs_BT,
-        cfg.opd_center,
-    )  # (B, T)
+    adv_BT = _teacher_advantages(batch, cfg, valid_BT)  # (B, T)
     result = policy_gradient(batch, adv_BT, valid_BT, cfg.opd_eps, cfg.opd_eps, cfg.tis_cap)
     return _with_regularizers(result, batch, cfg, valid_BT)
 
@@ -427,15 +432,7 @@ def combine_loss(batch: LossBatch, cfg: LossConfig, adv_B: Tensor) -> LossResult
     teacher_B = batch.has_teacher_B.bool()  # (B,)
     signal_B = _rl_signal_B(batch)  # (B,)
     valid_BT = _valid(batch.mask_BT) & (teacher_B | signal_B)[:, None]  # (B, T)
-    opd_adv_BT = opd_token_advantages(
-        batch.teacher_logprobs_BT,
-        batch.old_logprobs_BT,
-        valid_BT,
-        teacher_B,
-        cfg.opd_clip,
-        batch.student_logprobs_BT,
-        cfg.opd_center,
-    )  # (B, T)
+    opd_adv_BT = _teacher_advantages(batch, cfg, valid_BT)  # (B, T)
     rl_valid_BT = valid_BT & signal_B[:, None]  # (B, T)
     rl_adv_BT = torch.where(rl_valid_BT, adv_B.detach()[:, None], 0.0)  # (B, T)
     adv_BT = cfg.w_opd * opd_adv_BT + cfg.w_rl * rl_adv_BT  # (B, T)
