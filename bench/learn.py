@@ -320,7 +320,7 @@ def run_persona(
     settings = load_settings(env=_engine_env(args, model_dir)).settings
     method = settings.train.method
     mt = args.max_tokens or persona.max_tokens
-    home = tempfile.mkdtemp(prefix=f"clawrl-learn-{persona.name.replace('/', '-')}-")
+    home = tempfile.mkdtemp(prefix=f"clawrl-learn-{persona.slug}-")
     watcher_ref: list[CheckpointWatcher] = []
     steps = StepWindows()
 
@@ -361,7 +361,7 @@ def run_persona(
             watcher.start()
             for i in range(args.turns):
                 prompt = persona.train_prompts[i % len(persona.train_prompts)]
-                sid = f"learn-{persona.name.replace('/', '-')}-{i:03d}-{uuid.uuid4().hex[:8]}"
+                sid = f"learn-{persona.slug}-{i:03d}-{uuid.uuid4().hex[:8]}"
                 t = feedback_turn(client, et.url, persona, prompt, sid, args.seed + i, mt)
                 t["i"] = i
                 turns.append(t)

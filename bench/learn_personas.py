@@ -106,6 +106,11 @@ class Persona:
     base: str = ""
     """The persona a user variant derives from (its own name for the four personas)."""
 
+    @property
+    def slug(self) -> str:
+        """The name as it may appear in a file or session name ("brevity/u15" -> "brevity-u15")."""
+        return self.name.replace("/", "-")
+
     def reaction(self, answer: str) -> str:
         """The user's next message after `answer`."""
         return self.thanks if self.complies(answer) else self.correction

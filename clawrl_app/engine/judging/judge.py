@@ -144,8 +144,9 @@ class PluginJudge:
 
     name = "custom"
     caps_cut_off = False
-    """The user's own reward decides, also for cut-off answers (it gets the turn's
-    `finish_reason`); the built-in judges never reward those (`cap_cut_off`)."""
+    """The user's own reward decides, also for cut-off and degenerate answers (it gets the
+    turn's `finish_reason`); the built-in judges never reward those (`cap_cut_off`,
+    `penalize_degenerate`)."""
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
@@ -313,10 +314,11 @@ class JudgeLoop:
         if turn is None:
             return False
         try:
-            verdict = await self.judge.verdict(judge_input(turn, sample), turn)
-            if getattr(self.judge, "caps_cut_off", True):
+            inp = judge_input(turn, sample)
+            verdict = await self.judge.verdict(inp, turn)
+            if getattr(self.judge, "caps_cut_off", True):  # the built-in judges' form rules
                 verdict = cap_cut_off(verdict, turn.finish_reason)
-                verdict = penalize_degenerate(verdict, judge_input(turn, sample).answer_text)
+                verdict = penalize_degenerate(verdict, inp.answer_text)
             teacher, topk = None, None
             if verdict.hint:
                 teacher = await teacher_logprobs(

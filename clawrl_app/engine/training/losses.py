@@ -245,8 +245,9 @@ def opd_token_advantages(
     center: bool = False,
 ) -> Tensor:
     """clamp(log π_teacher − log π_student, −clip, clip); 0 on padding and teacher-less
-    samples. With `center`, minus the clamped gap's mean over the batch's teacher tokens. The student is `student_logprobs_BT` (the policy at the teacher's temperature,
-    1) when given, else the behaviour log-probs `old_logprobs_BT`.
+    samples. With `center`, minus the clamped gap's mean over the batch's teacher tokens.
+    The student is `student_logprobs_BT` (the policy at the teacher's temperature, 1) when
+    given, else the behaviour log-probs `old_logprobs_BT`.
 
     Both sides must be taken at one temperature: an answer sampled at T = 0.2 has behaviour
     log-probs near 0 (its tokens were near-certain at T = 0.2), while the teacher, scored at
