@@ -7,8 +7,11 @@ by default). The official `openai` client drives feedback sessions (the next use
 judges an answer; `POST /v1/feedback` rates the last one) so that the judge and the trainer
 produce checkpoints and the publisher serves them. One table on stdout:
 
+- first, with nothing else on the card: the backend's decode vs a bare transformers greedy
+  loop in one process (bench/gpu_decode.py), base and a LoRA version, 1 and `--streams`
+  streams (`--no-side-by-side` skips it);
 - ms/token of the base model vs the newest LoRA version (pinned by model name), with 1 and
-  `--streams` concurrent greedy streams;
+  `--streams` concurrent greedy streams, through the endpoint;
 - chat latency (16-token greedy side turns) with the trainer idle vs during a training step
   (StepStarted -> StepFinished events of the engine);
 - the app's trainer step (`time/step_s`) and `compare_step` of bench/train_step.py (our
@@ -49,6 +52,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gpu_decode import side_by_side  # noqa: E402
 from gpu_drive import (  # noqa: E402
     CheckpointWatcher,
     FirstAnswer,
@@ -327,6 +331,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the regression guard checks each checkpoint before it is served (app default)",
     )
     ap.add_argument(
+        "--side-by-side",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the backend's decode vs a bare transformers loop, in-process (bench/gpu_decode.py)",
+    )
+    ap.add_argument(
         "--tokenizer",
         type=Path,
         default=os.environ.get("CLAWRL_TOKENIZER_DIR") or None,
@@ -373,6 +383,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{time.monotonic() - t0:.1f} s",
             )
         )
+        if args.side_by_side:  # first: nothing else on the card yet
+            rows += side_by_side(
+                model_dir, device, streams=args.streams, tokens=args.tokens, say=say
+            )
         lora_run(args, model_dir, work, started, rows)
         rows += qlora_run(args, model_dir, work, started)
         rows.append(step_compare_row(args, model_dir))

@@ -30,6 +30,10 @@ def sample_next(
     Rows are sampled independently so each request keeps its own seed and settings. A
     seeded row's generator must live on the logits' device (CUDA sampling with a CPU
     generator fails): it is checked here so the mistake shows on every machine.
+
+    The whole batch is read back to the host once (one `.tolist()`): per-row reads would
+    each wait for the GPU, B to 4B times per decode step. Top-p on a CPU keeps its cheaper
+    search, which reads the nucleus mass (a read costs nothing there).
     """
     for gen in generators:
         if gen is not None and not _same_device(gen.device, logits_BV.device):
@@ -38,40 +42,47 @@ def sample_next(
                 "create it with torch.Generator(device=logits.device)"
             )
     logits_BV = logits_BV.float()
+    rows = logits_BV.shape[0]
     temps_B1 = torch.tensor(
         [logprob_temperature(t) for t in temperatures],
         dtype=logits_BV.dtype,
         device=logits_BV.device,
     ).unsqueeze(1)  # (B, 1)
     logp_BV = torch.log_softmax(logits_BV / temps_B1, dim=-1)  # (B, V)
-    ids: list[int] = []
-    lps: list[float] = []
-    tops: list[list[tuple[int, float]]] = []
-    for b in range(logits_BV.shape[0]):
-        logp_V = logp_BV[b]  # (V,)
-        if is_greedy(temperatures[b]):
-            tok = int(torch.argmax(logits_BV[b]).item())
-        else:
-            tok = _draw(_top_p_filter(logp_V.exp(), top_ps[b]), generators[b])
-        ids.append(tok)
-        lps.append(float(logp_V[tok].item()))
-        if top_k_logprobs > 0:
-            vals, idx = torch.topk(logp_V, top_k_logprobs)
-            pairs = zip(idx.tolist(), vals.tolist(), strict=True)
-            tops.append([(int(i), float(v)) for i, v in pairs if math.isfinite(v)])
-        else:
-            tops.append([])
+    ids_B = torch.argmax(logits_BV, dim=-1)  # (B,) the greedy rows' picks
+    if not all(is_greedy(t) for t in temperatures):
+        picks = [
+            ids_B[b : b + 1]
+            if is_greedy(temperatures[b])
+            else _draw(_top_p_filter(logp_BV[b].exp(), top_ps[b]), generators[b])
+            for b in range(rows)
+        ]
+        ids_B = torch.cat(picks)
+    columns = [ids_B.unsqueeze(1), logp_BV.gather(1, ids_B.unsqueeze(1))]  # (B, 1) each
+    if top_k_logprobs > 0:
+        vals_BK, idx_BK = torch.topk(logp_BV, top_k_logprobs, dim=-1)
+        columns += [idx_BK, vals_BK]
+    # float64 holds every token id and float32 log-prob exactly: one read for all of it
+    host = torch.cat([c.to(torch.float64) for c in columns], dim=1).tolist()  # (B, 2 + 2K)
+    ids = [int(r[0]) for r in host]
+    lps = [r[1] for r in host]
+    k = top_k_logprobs
+    tops = [
+        [(int(i), v) for i, v in zip(r[2 : 2 + k], r[2 + k :], strict=True) if math.isfinite(v)]
+        for r in host
+    ]
     return ids, lps, tops
 
 
-def _draw(probs_V: torch.Tensor, generator: torch.Generator | None) -> int:
-    """One token drawn from `probs_V` (unnormalised, zeros never drawn) by inverting its CDF
-    with one uniform number: ~20x cheaper than `torch.multinomial` over a 49k vocabulary,
-    which costs ~1 ms a row on a CPU (it dominated llama.cpp's decode step)."""
+def _draw(probs_V: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token (a (1,) tensor on the device) drawn from `probs_V` (unnormalised, zeros
+    never drawn) by inverting its CDF with one uniform number: ~20x cheaper than
+    `torch.multinomial` over a 49k vocabulary, which costs ~1 ms a row on a CPU (it
+    dominated llama.cpp's decode step)."""
     cdf_V = torch.cumsum(probs_V.double(), dim=0)  # (V,) float64: no drift over the tail
     u_1 = torch.rand(1, generator=generator, dtype=torch.float64, device=probs_V.device)
     idx = torch.searchsorted(cdf_V, u_1 * cdf_V[-1], right=True)  # first cdf > u
-    return int(idx.clamp(max=probs_V.shape[0] - 1).item())
+    return idx.clamp(max=probs_V.shape[0] - 1)
 
 
 def _top_p_filter(probs_V: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -82,6 +93,8 @@ def _top_p_filter(probs_V: torch.Tensor, top_p: float) -> torch.Tensor:
     49k probabilities per row (~4 ms a row on a CPU: it was a third of a decode step)."""
     if top_p >= 1.0:
         return probs_V
+    if probs_V.device.type != "cpu":  # the search reads the mass back; a sort never waits
+        return _top_p_by_sort(probs_V, top_p)
     size = probs_V.shape[0]
     k = min(size, _NUCLEUS_FIRST_K)
     while True:
@@ -97,6 +110,15 @@ def _top_p_filter(probs_V: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 _NUCLEUS_FIRST_K = 64
+
+
+def _top_p_by_sort(probs_V: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The nucleus by a sort of the whole vocabulary: no read-back (for GPUs, where a sort
+    of 49k values is cheap and a host read waits for every queued kernel)."""
+    sorted_V, order_V = torch.sort(probs_V, descending=True)
+    drop_V = (torch.cumsum(sorted_V, dim=0) - sorted_V) >= top_p
+    out = torch.zeros_like(probs_V).scatter(0, order_V, sorted_V.masked_fill(drop_V, 0.0))
+    return out / out.sum()
 
 
 def continuation_logprobs(logits_TV: torch.Tensor, target_ids: list[int]) -> list[float]:

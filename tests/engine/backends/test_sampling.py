@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from clawrl_app.engine.backends.sampling import (
+    _top_p_by_sort,
     _top_p_filter,
     continuation_logprobs,
     logprob_temperature,
@@ -115,6 +116,17 @@ def test_top_p_over_a_large_vocab_keeps_what_a_full_sort_keeps(spread: float, to
     assert torch.equal(fast > 0, slow > 0)
     assert torch.allclose(fast, slow, atol=1e-7)
     assert int((fast > 0).sum()) >= 1
+
+
+@pytest.mark.parametrize("top_p", [0.05, 0.5, 0.9, 0.99])
+def test_the_gpu_nucleus_by_sort_keeps_what_the_cpu_search_keeps(top_p: float) -> None:
+    """Off the CPU the filter sorts (no read-back); both ways keep the same tokens."""
+    g = torch.Generator().manual_seed(int(top_p * 100))
+    probs_V = torch.softmax(torch.randn(49152, generator=g) * 3.0, dim=0)
+    by_sort, by_search = _top_p_by_sort(probs_V, top_p), _top_p_filter(probs_V, top_p)
+    assert torch.equal(by_sort > 0, by_search > 0)
+    assert torch.allclose(by_sort, by_search, atol=1e-7)
+    assert torch.allclose(by_sort, _top_p_by_full_sort(probs_V, top_p), atol=1e-7)
 
 
 def test_top_p_one_is_identity() -> None:

@@ -26,6 +26,9 @@ class DecodeBatch:
     cache: Any
     mask_BT: torch.Tensor  # (B, T) 1 = real token, 0 = left padding
     rows: list[Any] = field(default_factory=list)
+    padded: bool = False
+    """Some row has left padding: the model needs the mask. Without padding none is passed,
+    because transformers reads a mask back to the host (`mask.all()`) on every step."""
 
     @property
     def size(self) -> int:
@@ -42,6 +45,7 @@ class DecodeBatch:
             [F.pad(self.mask_BT, (t - t_self, 0)), F.pad(other.mask_BT, (t - t_other, 0))], dim=0
         )
         self.rows.extend(other.rows)
+        self.padded = self.padded or other.padded or t_self != t_other
 
     def keep(self, keep_idx: list[int]) -> None:
         """Keep only the rows at `keep_idx`, then trim padding columns no row uses."""
@@ -53,7 +57,7 @@ class DecodeBatch:
         for layer in _layers(self.cache):
             layer.keys = layer.keys[idx]
             layer.values = layer.values[idx]
-        if not self.rows:
+        if not self.rows or not self.padded:  # no padding: no column to trim, nothing to read
             return
         first_real = int((self.mask_BT.cumsum(dim=1) == 0).sum(dim=1).min().item())
         if first_real > 0:
@@ -61,17 +65,18 @@ class DecodeBatch:
             for layer in _layers(self.cache):
                 layer.keys = layer.keys[:, :, first_real:]
                 layer.values = layer.values[:, :, first_real:]
+        # a row left: maybe its padding was the last (one more read, once per finished row)
+        self.padded = bool((self.mask_BT == 0).any())
 
     def step_inputs(self, next_ids: list[int]) -> dict[str, torch.Tensor]:
         """Model inputs for one decode step; grows the mask by one column."""
         self.mask_BT = F.pad(self.mask_BT, (0, 1), value=1)
         positions_B1 = (self.mask_BT.sum(dim=1, keepdim=True) - 1).long()  # (B, 1)
         ids_B1 = torch.tensor(next_ids, dtype=torch.long, device=self.mask_BT.device).unsqueeze(1)
-        return {
-            "input_ids": ids_B1,  # (B, 1)
-            "attention_mask": self.mask_BT,
-            "position_ids": positions_B1,
-        }
+        inputs = {"input_ids": ids_B1, "position_ids": positions_B1}  # (B, 1) each
+        if self.padded:
+            inputs["attention_mask"] = self.mask_BT
+        return inputs
 
 
 def _left_pad(x_BHTD: torch.Tensor, t: int) -> torch.Tensor:

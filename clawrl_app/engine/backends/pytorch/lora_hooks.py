@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from clawrl_app.engine.backends.pytorch.lora_merge import lora_pairs, plain_lora_scale
@@ -100,5 +101,7 @@ class LoraHooks:
         if pair is None:
             return None
         a_ri, b_or = pair
-        delta = (args[0].to(a_ri.dtype) @ a_ri.T) @ b_or.T
-        return (out.to(delta.dtype) + delta).to(out.dtype)
+        # F.linear takes the (out, in) layouts as stored: no transposes; the add promotes the
+        # 16-bit output to the adapter's dtype, rounded once on the way back (5 kernels)
+        delta = F.linear(F.linear(args[0].to(a_ri.dtype), a_ri), b_or)
+        return (out + delta).to(out.dtype)
