@@ -122,9 +122,14 @@ class StandinState:
     update_delay_s: float = 0.0
     update_failure: str | None = None
     """When set, `/update_weights_from_disk` fails with this message (weights unchanged)."""
+    flush_failure: str | None = None
+    """When set, `/update_weights_from_disk` swaps the weights (and their version) and then
+    fails with this message, as SGLang 0.5.23 does when its cache flush fails after a load."""
     weights: str | None = None
     """The checkpoint served in place of the launch weights (None = launch weights)."""
     weight_version: str = "default"
+    model_info_fails: bool = False
+    """When set, `GET /model_info` answers 500 (what SGLang serves cannot be read back)."""
     loop_period: int = 0
     """> 0: the model is stuck in a loop, repeating its first `loop_period` tokens forever."""
 
@@ -170,6 +175,8 @@ def create_app(state: StandinState) -> FastAPI:
 
     @app.get("/model_info")
     async def model_info() -> dict[str, Any]:
+        if state.model_info_fails:
+            return _error("model_info is unavailable", 500)  # type: ignore[return-value]
         return {
             "model_path": state.weights or state.model_path,  # SGLang renames on update
             "tokenizer_path": state.model_path,
@@ -260,6 +267,9 @@ def create_app(state: StandinState) -> FastAPI:
         if body.get("weight_version") is not None:
             state.weight_version = body["weight_version"]
             message += f" Weight version updated to {state.weight_version}."
+        if state.flush_failure:  # loaded, then the flush failed: reported as a failure
+            reply = {"success": False, "message": state.flush_failure, "num_paused_requests": 0}
+            return JSONResponse(reply, status_code=400)
         return JSONResponse({"success": True, "message": message, "num_paused_requests": 0})
 
     @app.post("/abort_request")

@@ -65,6 +65,7 @@ from clawrl_app.engine.backends.sglang.stream import (
     _parse_chunk,
     _raise_for_status,
     _response_logprobs,
+    _sse_events,
 )
 from clawrl_app.engine.chat.repetition import repeating_tail
 
@@ -385,6 +386,7 @@ class SGLangBackend:
         in_flight = sum(self._inflight.values())
         self.retracted_requests += in_flight
         failure: BaseException | None = None
+        reported: str | None = None  # a failure SGLang reported although the swap took
         began = time.monotonic()
         try:
             await self._control("/pause_generation", {"mode": "retract"})
@@ -394,6 +396,11 @@ class SGLangBackend:
             except (_NoAnswer, asyncio.CancelledError):
                 self._weights = None  # SGLang may still be loading them: nothing is known
                 raise
+            except BackendError as exc:  # answered "failed": the weights may be swapped anyway
+                if await self._served_weight_version() != version:
+                    raise  # (unknown now if it could not be read back: _weights is None)
+                reported = str(exc)
+                log.warning("SGLang serves %s although the update reported: %s", version, exc)
             self._weights = self._active = version
             self.weight_updates += 1
         except BaseException as exc:
@@ -409,10 +416,21 @@ class SGLangBackend:
                 raise BackendError(f"{failure}; then {exc}") from failure
             finally:
                 self.last_weight_update_s = time.monotonic() - began
-                self.last_weight_update_error = str(failure) if failure else None
+                self.last_weight_update_error = str(failure) if failure else reported
                 self._swap_idle.set()
         stall, n = self.last_weight_update_s, in_flight
         log.info("serving %s from %s: stalled %.2f s, %d retracted", version, folder, stall, n)
+
+    async def _served_weight_version(self) -> str | None:
+        """The served `weight_version`, read back after a failed update (0.5.23 can swap the
+        weights, then fail to flush its cache); unreadable: unknown (`_weights` None)."""
+        try:
+            info = await self._request("GET", "/model_info", None, self._admin_timeout_s)
+            return str(info["weight_version"])
+        except (BackendError, KeyError, TypeError) as exc:
+            log.error("SGLang's served weights are unknown after a failed update: %s", exc)
+            self._weights = None
+            return None
 
     async def unload_adapter(self, version: str) -> None:
         """Stop admitting `version`, wait for its in-flight requests, then unload it.
@@ -580,21 +598,3 @@ class _Admitted:
 
     def __del__(self) -> None:
         self._release()
-
-
-async def _sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """The JSON payloads of `data:` lines until `data: [DONE]`."""
-    async for line in response.aiter_lines():
-        if not line.startswith("data:"):
-            continue
-        data = line[len("data:") :].strip()
-        if data == "[DONE]":
-            return
-        try:
-            event = json.loads(data)
-        except ValueError as exc:
-            raise BackendError(
-                f"SGLang /generate sent a malformed event: {_excerpt(data)}"
-            ) from exc
-        if isinstance(event, dict):
-            yield event

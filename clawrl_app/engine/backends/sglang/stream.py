@@ -3,6 +3,8 @@ teacher-scoring log-probs, and error bodies (pure functions, no I/O)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -114,3 +116,21 @@ def _raise_for_status(route: str, response: httpx.Response) -> None:
 def _excerpt(text: str, limit: int = 300) -> str:
     text = text.strip()
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+async def _sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The JSON payloads of `data:` lines until `data: [DONE]`."""
+    async for line in response.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[len("data:") :].strip()
+        if data == "[DONE]":
+            return
+        try:
+            event = json.loads(data)
+        except ValueError as exc:
+            raise BackendError(
+                f"SGLang /generate sent a malformed event: {_excerpt(data)}"
+            ) from exc
+        if isinstance(event, dict):
+            yield event

@@ -86,6 +86,55 @@ async def test_failed_update_still_continues_and_raises(
         assert "lora_path" not in state.bodies("/generate")[-1]
 
 
+async def test_an_update_that_swapped_but_failed_to_flush_labels_the_new_weights(
+    standin: StandinThread, state: StandinState, tmp_path: Path
+) -> None:
+    """Contract test: SGLang needs a GPU, so this runs against a stand-in that implements SGLang 0.5.23's routes and payloads.
+
+    SGLang 0.5.23 can load the new weights and still answer the update with a failure (its
+    cache flush failed). The backend reads the served weight_version back: it is the new
+    version, so answers are labelled with it (not with the old one, which no longer
+    serves), and the reported failure is kept in the status.
+    """
+    ckpt = full_dir(tmp_path, "v1")
+    state.flush_failure = "Cache not flushed: requests still running"
+    async with started(standin) as backend:
+        await backend.load_adapter("v1", ckpt)
+        await backend.activate("v1")
+        assert state.weights == str(ckpt) and state.weight_version == "v1"
+        status = backend.status()
+        assert backend.active_version == "v1" and status["served_weights"] == "v1"
+        assert status["weight_updates"] == 1
+        assert "Cache not flushed" in status["last_weight_update_error"]
+        assert not state.paused
+        tokens, finished = await collect(backend.generate(request("r-new")))
+        assert [t.token_id for t in tokens] == expected(6, weights=str(ckpt))[0]
+        assert finished.policy_version == "v1"
+
+
+async def test_a_failed_update_whose_outcome_cannot_be_read_leaves_weights_unknown(
+    standin: StandinThread, state: StandinState, tmp_path: Path
+) -> None:
+    """Contract test: SGLang needs a GPU, so this runs against a stand-in that implements SGLang 0.5.23's routes and payloads.
+
+    A failed update after which /model_info cannot be read: nothing is labelled as served
+    (requests are refused as "unknown") until a version is activated again.
+    """
+    ckpt = full_dir(tmp_path, "v1")
+    state.flush_failure = "Cache not flushed"
+    async with started(standin) as backend:
+        await backend.load_adapter("v1", ckpt)
+        state.model_info_fails = True
+        with pytest.raises(BackendError, match="Cache not flushed"):
+            await backend.activate("v1")
+        assert backend.status()["served_weights"] is None and not state.paused
+        with pytest.raises(BackendError, match="unknown"):
+            backend.generate(request("r-unknown"))
+        state.model_info_fails, state.flush_failure = False, None
+        await backend.activate("v1")
+        assert backend.status()["served_weights"] == "v1"
+
+
 async def test_update_timeout_leaves_weights_unknown_until_reactivated(
     standin: StandinThread, state: StandinState, tmp_path: Path
 ) -> None:
