@@ -58,6 +58,7 @@ from clawrl_app.engine.backends.base import (
     GenerationRequest,
     UnknownVersion,
 )
+from clawrl_app.engine.backends.sglang.admission import BASE_VERSION, Admitted
 from clawrl_app.engine.backends.sglang.launch import SGLangServer
 from clawrl_app.engine.backends.sglang.stream import (
     _excerpt,
@@ -70,7 +71,7 @@ from clawrl_app.engine.backends.sglang.stream import (
 from clawrl_app.engine.chat.repetition import repeating_tail
 
 log = logging.getLogger("clawrl.sglang")
-BASE_VERSION = "base"
+__all__ = ["BASE_VERSION", "SGLangBackend"]
 
 
 class SGLangBackend:
@@ -204,10 +205,10 @@ class SGLangBackend:
         SGLang would hold the request and run it on the new weights anyway.
         """
         if not self._swap_idle.is_set():
-            return _Admitted(self, request, None)
+            return Admitted(self, request, None)
         version = request.version or self._active
         self._require_servable(version)
-        return _Admitted(self, request, version)
+        return Admitted(self, request, version)
 
     async def _stream(
         self, request: GenerationRequest, version: str
@@ -541,60 +542,3 @@ class _NoAnswer(BackendError):
 
 class _AdminTimeout(_NoAnswer):
     """A call to SGLang got no answer within its client-side timeout."""
-
-
-class _Admitted:
-    """A generation stream that holds its version's in-flight count until it ends.
-
-    The count is taken at admission (the `generate` call, or the end of the weight swap
-    it waited for) and released exactly once: at the end of the stream, on `aclose()`,
-    or when the stream is dropped unread.
-    """
-
-    def __init__(self, backend: SGLangBackend, request: GenerationRequest, version: str | None):
-        self._backend = backend
-        self._request = request
-        self._version = BASE_VERSION
-        self._inner: AsyncGenerator[GenerationEvent, None] | None = None
-        self._held = False
-        if version is not None:
-            self._admit(version)
-
-    def _admit(self, version: str) -> None:
-        self._version = version
-        self._inner = self._backend._stream(self._request, version)
-        self._backend._inflight[version] += 1
-        self._held = True
-
-    def __aiter__(self) -> _Admitted:
-        return self
-
-    async def __anext__(self) -> GenerationEvent:
-        try:
-            if self._inner is None:  # admitted during a weight swap: choose after it
-                backend = self._backend
-                while not backend._swap_idle.is_set():
-                    await backend._swap_idle.wait()
-                version = self._request.version or backend._active
-                backend._require_servable(version)
-                self._admit(version)
-            assert self._inner is not None
-            return await self._inner.__anext__()
-        except BaseException:
-            self._release()
-            raise
-
-    async def aclose(self) -> None:
-        try:
-            if self._inner is not None:
-                await self._inner.aclose()
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        if self._held:
-            self._held = False
-            self._backend._inflight[self._version] -= 1
-
-    def __del__(self) -> None:
-        self._release()
