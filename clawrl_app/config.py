@@ -131,6 +131,11 @@ class HardwareSettings(_Section):
     """Python interpreter that has sglang installed (it pins its own torch)."""
     sglang_mem_fraction: float | None = None
     """Override the plan's --mem-fraction-static for SGLang."""
+    sglang_deterministic: bool = False
+    """Launch SGLang with --enable-deterministic-inference: a request's `seed` then repeats
+    its answer (SGLang ignores seeds otherwise; the endpoint then says so in the header
+    X-Clawrl-Seed). Off by default: SGLang supports it with the FlashInfer, FA3 and Triton
+    attention backends only, and batch-invariant kernels cost throughput."""
 
 
 class JudgeSettings(_Section):

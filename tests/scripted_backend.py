@@ -24,8 +24,11 @@ from clawrl_app.engine.backends.base import (
 class ScriptedBackend:
     """Answers each request with the next scripted text, token by token."""
 
-    def __init__(self, tokenizer: Any, answers: list[str], eos_id: int) -> None:
+    def __init__(
+        self, tokenizer: Any, answers: list[str], eos_id: int, *, seeded: bool = True
+    ) -> None:
         self.tokenizer = tokenizer
+        self.seeded = seeded
         self.answers = list(answers)
         self.eos_id = eos_id
         self.requests: list[GenerationRequest] = []
@@ -35,7 +38,7 @@ class ScriptedBackend:
         return "base"
 
     def info(self) -> BackendInfo:
-        return BackendInfo("scripted", 8192, (self.eos_id,), ["base"])
+        return BackendInfo("scripted", 8192, (self.eos_id,), ["base"], seeded=self.seeded)
 
     def health(self) -> str | None:
         return None

@@ -128,6 +128,10 @@ class StandinState:
     weights: str | None = None
     """The checkpoint served in place of the launch weights (None = launch weights)."""
     weight_version: str = "default"
+    deterministic: bool = False
+    """Launched with --enable-deterministic-inference: only then does SGLang use a request's
+    `sampling_seed`; without it the seed is silently ignored (recorded in `ignored_seeds`)."""
+    ignored_seeds: list[int] = field(default_factory=list)
     model_info_fails: bool = False
     """When set, `GET /model_info` answers 500 (what SGLang serves cannot be read back)."""
     loop_period: int = 0
@@ -197,6 +201,9 @@ def create_app(state: StandinState) -> FastAPI:
             await asyncio.sleep(0.005)
         if state.overloaded:
             return _error("The server is overloaded; the request queue is full.", 503)
+        seed = (body.get("sampling_params") or {}).get("sampling_seed")
+        if seed is not None and not state.deterministic:
+            state.ignored_seeds.append(seed)
         adapter = body.get("lora_path")
         missing = adapter is not None and adapter not in state.adapters
         message = f"The following requested LoRA adapters are not loaded: {adapter}"
@@ -479,6 +486,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tool-call-parser")
     p.add_argument("--enable-memory-saver", action="store_true")
     p.add_argument("--enable-weights-cpu-backup", action="store_true")
+    p.add_argument("--enable-deterministic-inference", action="store_true")
     p.add_argument("--startup-delay", type=float, default=0.0, help="stand-in only")
     return p.parse_args(argv)
 
@@ -491,6 +499,7 @@ def main(argv: list[str] | None = None) -> None:
         model_path=args.model_path,
         served_name=args.served_model_name,
         ready_at=time.monotonic() + args.startup_delay,
+        deterministic=args.enable_deterministic_inference,
     )
     uvicorn.run(create_app(state), host=args.host, port=args.port, log_level="info")
 

@@ -90,6 +90,8 @@ class BackendInfo:
     context_length: int
     eos_token_ids: tuple[int, ...]
     versions: list[str] = field(default_factory=list)
+    seeded: bool = True
+    """A request's `seed` makes its sampling repeatable (False: the seed is ignored)."""
 
 
 @runtime_checkable

@@ -161,15 +161,25 @@ def create_app(
             client_sources=(h.get("user-agent"), h.get("x-session-source")),
         )
         events = service.start(prep)
+        headers = {}
+        if prep.request.seed is not None and not service.backend.info().seeded:
+            headers["X-Clawrl-Seed"] = SEED_IGNORED
         if prep.request.stream:
             return StreamingResponse(
                 _sse(prep, events),
                 media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache"},
+                headers={"Cache-Control": "no-cache", **headers},
             )
-        return JSONResponse(await _collect(prep, events))
+        return JSONResponse(await _collect(prep, events), headers=headers)
 
     return app
+
+
+SEED_IGNORED = (
+    "ignored: this server cannot repeat a seeded answer (SGLang without "
+    "hardware.sglang_deterministic = true)"
+)
+"""The X-Clawrl-Seed header of an answer whose request's `seed` the backend cannot honour."""
 
 
 def _source_hint(user_agent: str) -> str | None:

@@ -152,6 +152,42 @@ def test_tool_calls_are_parsed_streamed_and_continue_the_session(
         service.store.close()
 
 
+def test_a_seed_the_backend_cannot_honour_is_said_so_in_a_header(
+    engine: Any, tmp_path: Path
+) -> None:
+    """Contract test with a scripted backend standing in for SGLang without deterministic
+    inference (it needs a GPU): a request's seed is then ignored, and the answer says so in
+    X-Clawrl-Seed, streamed or not; no header without a seed, and none from the embedded
+    backend, whose seeds repeat. Server, client and store are real."""
+    tok = engine.engine.service.formatter.tokenizer
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    backend = ScriptedBackend(tok, ["One.", "Two.", "Three."], eos_id=eos, seeded=False)
+    service = extra_service(engine, backend, tmp_path)
+    server = serve_extra(engine, create_app(service))
+    url = f"http://127.0.0.1:{server.port}/v1/chat/completions"
+    msgs = [{"role": "user", "content": "Count."}]
+    try:
+        seeded = httpx.post(url, json={"model": "clawrl", "messages": msgs, "seed": 7}, timeout=60)
+        assert seeded.status_code == 200
+        assert seeded.headers["x-clawrl-seed"].startswith("ignored")
+        assert "hardware.sglang_deterministic" in seeded.headers["x-clawrl-seed"]
+        body = {"model": "clawrl", "messages": msgs, "seed": 7, "stream": True}
+        with httpx.stream("POST", url, json=body, timeout=60) as streamed:
+            assert streamed.headers["x-clawrl-seed"].startswith("ignored")
+            streamed.read()
+        plain = httpx.post(url, json={"model": "clawrl", "messages": msgs}, timeout=60)
+        assert plain.status_code == 200 and "x-clawrl-seed" not in plain.headers
+    finally:
+        engine.call(server.stop())
+        service.store.close()
+    own = httpx.post(
+        f"{engine.url}/chat/completions",
+        json={"model": "clawrl", "messages": msgs, "seed": 7, "max_tokens": 2},
+        timeout=120,
+    )
+    assert own.status_code == 200 and "x-clawrl-seed" not in own.headers
+
+
 VALID = {"model": "clawrl", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
 BAD_VALUES: dict[str, list[Any]] = {
     "model": [None, 3, ["clawrl"], {"id": "clawrl"}, "no-such-model"],

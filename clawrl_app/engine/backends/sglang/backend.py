@@ -91,8 +91,10 @@ class SGLangBackend:
         unload_timeout_s: float = 60.0,
         abort_timeout_s: float = 5.0,
         weight_update_timeout_s: float = 300.0,
+        seeded: bool = False,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._seeded = seeded  # launched with --enable-deterministic-inference
         self._api_key = api_key
         self._model_name = model_name
         self._context_length = context_length
@@ -148,6 +150,7 @@ class SGLangBackend:
             context_length=self._context_length,
             eos_token_ids=self._eos,
             versions=[BASE_VERSION, *self._full, *usable],
+            seeded=self._seeded,
         )
 
     def health(self) -> str | None:
@@ -259,7 +262,7 @@ class SGLangBackend:
         stop_ids = list(dict.fromkeys((*p.stop_token_ids, *self._eos)))
         if stop_ids:
             sampling["stop_token_ids"] = stop_ids
-        if p.seed is not None:
+        if p.seed is not None and self._seeded:  # ignored by SGLang otherwise: never sent
             sampling["sampling_seed"] = p.seed
         if p.json_schema is not None:  # SGLang's constrained decoding (its grammar backend)
             sampling["json_schema"] = p.json_schema

@@ -52,6 +52,7 @@ def build_sglang_backend(
         api_key=key,
         colocated=plan.colocated,
         nccl_port=free_port(),
+        deterministic=settings.hardware.sglang_deterministic,
     )
     base_url = f"http://127.0.0.1:{port}"
     server = SGLangServer(argv, env, base_url=base_url)
@@ -65,5 +66,6 @@ def build_sglang_backend(
         context_length=model.context_length,
         eos_token_ids=eos,
         server=server,
+        seeded=settings.hardware.sglang_deterministic,
     )
     return backend, tokenizer

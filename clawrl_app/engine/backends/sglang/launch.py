@@ -44,13 +44,15 @@ def build_launch_command(
     nccl_port: int,
     tool_call_parser: str | None = None,
     max_loaded_loras: int | None = None,
+    deterministic: bool = False,
     base_env: Mapping[str, str] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The argv and child environment of one SGLang server on `gpus` (pure).
 
     `max_loras_per_batch` counts the base model as one slot; `max_loaded_loras`
     (default: the same number, SGLang's minimum) must leave room for the new adapter
-    while the old one still finishes its requests. `base_env` defaults to os.environ.
+    while the old one still finishes its requests. `deterministic` makes `sampling_seed`
+    count (SGLang ignores it otherwise). `base_env` defaults to os.environ.
     """
     if not gpus:
         raise ValueError("an SGLang server needs at least one GPU")
@@ -85,6 +87,8 @@ def build_launch_command(
         argv += ["--tool-call-parser", tool_call_parser]
     if colocated:
         argv += ["--enable-memory-saver", "--enable-weights-cpu-backup"]
+    if deterministic:
+        argv += ["--enable-deterministic-inference"]
 
     env = dict(os.environ if base_env is None else base_env)
     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)

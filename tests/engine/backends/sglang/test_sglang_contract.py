@@ -67,7 +67,8 @@ async def test_payload_uses_sglang_names_only(standin: StandinThread, state: Sta
 
     /generate gets input_ids, SGLang's sampling names, rid, logprobs and stream; top-k alternatives come back.
     """
-    async with started(standin) as backend:
+    state.deterministic = True  # launched with --enable-deterministic-inference
+    async with started(standin, seeded=True) as backend:
         params = {
             "temperature": 0.6,
             "top_p": 0.9,
@@ -97,6 +98,26 @@ async def test_payload_uses_sglang_names_only(standin: StandinThread, state: Sta
     }  # fmt: skip
     assert len(tokens[0].top_logprobs) == 2
     assert tokens[0].top_logprobs[0] == (tokens[0].token_id, pytest.approx(tokens[0].logprob))
+
+
+async def test_a_seed_is_sent_only_where_sglang_uses_it(
+    standin: StandinThread, state: StandinState
+) -> None:
+    """Contract test: SGLang needs a GPU, so this runs against a stand-in that implements SGLang 0.5.23's routes and payloads.
+
+    Without --enable-deterministic-inference SGLang ignores `sampling_seed`: the backend then
+    sends none and says so in its info (the endpoint tells the client: X-Clawrl-Seed)."""
+    async with started(standin) as backend:
+        assert backend.info().seeded is False
+        await collect(backend.generate(request("r-seed", 3, temperature=0.7, seed=5)))
+    assert "sampling_seed" not in state.bodies("/generate")[-1]["sampling_params"]
+    assert state.ignored_seeds == []  # nothing was sent to be ignored
+    state.deterministic = True
+    async with started(standin, seeded=True) as backend:
+        assert backend.info().seeded is True
+        await collect(backend.generate(request("r-seed2", 3, temperature=0.7, seed=5)))
+    assert state.bodies("/generate")[-1]["sampling_params"]["sampling_seed"] == 5
+    assert state.ignored_seeds == []
 
 
 async def test_a_forced_tool_call_sends_its_json_schema(

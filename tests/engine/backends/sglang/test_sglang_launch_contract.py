@@ -57,6 +57,23 @@ def test_launch_command_spells_every_flag_in_full() -> None:
     assert args.lora_target_modules == list(DEFAULT_LORA_TARGETS)
 
 
+def test_deterministic_inference_is_a_launch_flag() -> None:
+    """Contract test: SGLang needs a GPU, so this runs against a stand-in that implements SGLang 0.5.23's routes and payloads.
+
+    `hardware.sglang_deterministic` adds --enable-deterministic-inference (the stand-in's
+    parser, which spells SGLang's flags, accepts it); off, the argv does not carry it."""
+    common = dict(
+        gpus=(0,), mem_fraction=None, context_length=None, lora_rank=8,
+        lora_targets=DEFAULT_LORA_TARGETS, max_loras_per_batch=3, api_key=None,
+        colocated=False, nccl_port=31001, base_env={},
+    )  # fmt: skip
+    off, _ = build_launch_command("py", "/m", "clawrl", 31000, **common)  # type: ignore[arg-type]
+    on, _ = build_launch_command("py", "/m", "clawrl", 31000, deterministic=True, **common)  # type: ignore[arg-type]
+    assert "--enable-deterministic-inference" not in off
+    assert on == [*off, "--enable-deterministic-inference"]
+    assert parse_args(on[3:]).enable_deterministic_inference is True
+
+
 def test_launch_command_colocated_and_optional_flags() -> None:
     """Contract test: SGLang needs a GPU, so this runs against a stand-in that implements SGLang 0.5.23's routes and payloads.
 
