@@ -20,6 +20,13 @@ from clawrl_app.paths import AppPaths
 
 # base + the old adapter + the new one can share a batch while a version is published
 MAX_LORAS_PER_BATCH = 3
+# what the app can hold loaded at once: the served adapter, the one it replaced (draining
+# its in-flight answers), the candidate the guard checks, and the Compare screen's pair.
+# SGLang evicts the least recently used adapter past --max-loaded-loras and reloads it from
+# disk on its next request (failing once retention removed the folder), and the app's later
+# unload of it gets a 400: the limit must cover everything the app holds.
+ADAPTERS_HELD = {"served": 1, "draining": 1, "candidate": 1, "compare pair": 2}
+MAX_LOADED_LORAS = sum(ADAPTERS_HELD.values())
 
 
 def free_port() -> int:
@@ -49,6 +56,7 @@ def build_sglang_backend(
         lora_rank=settings.train.lora_rank,
         lora_targets=DEFAULT_LORA_TARGETS,
         max_loras_per_batch=MAX_LORAS_PER_BATCH,
+        max_loaded_loras=MAX_LOADED_LORAS,
         api_key=key,
         colocated=plan.colocated,
         nccl_port=free_port(),

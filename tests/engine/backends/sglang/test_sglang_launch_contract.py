@@ -171,3 +171,28 @@ async def test_child_exit_aborts_the_wait_early() -> None:
 
 
 # -- generation -------------------------------------------------------------------------
+
+
+def test_the_loaded_adapter_limit_covers_everything_the_app_holds() -> None:
+    """Contract test: SGLang needs a GPU, so this runs against a stand-in that implements SGLang 0.5.23's routes and payloads.
+
+    Past --max-loaded-loras SGLang evicts the least recently used adapter (reloading it from
+    disk later, failing once retention removed it). The app's launch allows the served
+    adapter, the draining one, the guard's candidate and the Compare pair: 5, not the
+    batch's 3."""
+    from clawrl_app.engine.backends.sglang.factory import (
+        ADAPTERS_HELD,
+        MAX_LOADED_LORAS,
+        MAX_LORAS_PER_BATCH,
+    )
+
+    assert set(ADAPTERS_HELD) == {"served", "draining", "candidate", "compare pair"}
+    assert MAX_LOADED_LORAS == 5 and MAX_LOADED_LORAS >= MAX_LORAS_PER_BATCH
+    argv, _ = build_launch_command(
+        "py", "/m", "clawrl", 31000, gpus=(0,), mem_fraction=None, context_length=None,
+        lora_rank=8, lora_targets=DEFAULT_LORA_TARGETS, max_loras_per_batch=MAX_LORAS_PER_BATCH,
+        api_key=None, colocated=False, nccl_port=31001, max_loaded_loras=MAX_LOADED_LORAS,
+        base_env={},
+    )  # fmt: skip
+    assert argv[argv.index("--max-loaded-loras") + 1] == "5"
+    assert parse_args(argv[3:]).max_loaded_loras == 5
