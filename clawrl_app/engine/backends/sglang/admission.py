@@ -1,14 +1,13 @@
-"""A generation stream of the SGLang backend that holds its version's in-flight count."""
+"""A generation stream of the SGLang backend that holds its version's in-flight count.
+
+`backend` is the `SGLangBackend` (typed loosely: that module imports this one)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING
+from typing import Any
 
 from clawrl_app.engine.backends.base import GenerationEvent, GenerationRequest
-
-if TYPE_CHECKING:
-    from clawrl_app.engine.backends.sglang.backend import SGLangBackend
 
 BASE_VERSION = "base"
 """The launch weights, no adapter."""
@@ -22,7 +21,7 @@ class Admitted:
     or when the stream is dropped unread.
     """
 
-    def __init__(self, backend: SGLangBackend, request: GenerationRequest, version: str | None):
+    def __init__(self, backend: Any, request: GenerationRequest, version: str | None):
         self._backend = backend
         self._request = request
         self._version = BASE_VERSION
