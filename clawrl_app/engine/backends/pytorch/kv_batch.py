@@ -59,14 +59,16 @@ class DecodeBatch:
             layer.values = layer.values[idx]
         if not self.rows or not self.padded:  # no padding: no column to trim, nothing to read
             return
-        first_real = int((self.mask_BT.cumsum(dim=1) == 0).sum(dim=1).min().item())
+        # each row's padding columns; one read per finished row gives both what every row
+        # leaves unused (trimmed) and whether any padding remains
+        lead_B = (self.mask_BT.cumsum(dim=1) == 0).sum(dim=1)
+        first_real, most = torch.stack([lead_B.min(), lead_B.max()]).tolist()
+        self.padded = most > first_real
         if first_real > 0:
             self.mask_BT = self.mask_BT[:, first_real:]
             for layer in _layers(self.cache):
                 layer.keys = layer.keys[:, :, first_real:]
                 layer.values = layer.values[:, :, first_real:]
-        # a row left: maybe its padding was the last (one more read, once per finished row)
-        self.padded = bool((self.mask_BT == 0).any())
 
     def step_inputs(self, next_ids: list[int]) -> dict[str, torch.Tensor]:
         """Model inputs for one decode step; grows the mask by one column."""

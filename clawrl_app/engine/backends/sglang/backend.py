@@ -401,8 +401,11 @@ class SGLangBackend:
                 self._weights = None  # SGLang may still be loading them: nothing is known
                 raise
             except BackendError as exc:  # answered "failed": the weights may be swapped anyway
-                if await self._served_weight_version() != version:
-                    raise  # (unknown now if it could not be read back: _weights is None)
+                served = await self._served_weight_version()
+                if served is None:
+                    self._weights = None  # what SGLang serves cannot be read back
+                if served != version:
+                    raise
                 reported = str(exc)
                 log.warning("SGLang serves %s although the update reported: %s", version, exc)
             self._weights = self._active = version
@@ -427,13 +430,12 @@ class SGLangBackend:
 
     async def _served_weight_version(self) -> str | None:
         """The served `weight_version`, read back after a failed update (0.5.23 can swap the
-        weights, then fail to flush its cache); unreadable: unknown (`_weights` None)."""
+        weights, then fail to flush its cache); None when it cannot be read."""
         try:
             info = await self._request("GET", "/model_info", None, self._admin_timeout_s)
             return str(info["weight_version"])
         except (BackendError, KeyError, TypeError) as exc:
             log.error("SGLang's served weights are unknown after a failed update: %s", exc)
-            self._weights = None
             return None
 
     async def unload_adapter(self, version: str) -> None:

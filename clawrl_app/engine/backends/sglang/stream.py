@@ -1,5 +1,6 @@
 """Parsing SGLang's native /generate replies: cumulative stream chunks, finish reasons,
-teacher-scoring log-probs, and error bodies (pure functions, no I/O)."""
+teacher-scoring log-probs, and error bodies (pure functions), and the event lines of a
+streamed reply (`_sse_events`)."""
 
 from __future__ import annotations
 
