@@ -1,8 +1,10 @@
 """Explicit user feedback: a +1/-1 rating and an optional hint ("teach mode") for a turn.
 
 A rating overrides the judge's reward; a hint becomes the OPD hint directly, with its
-teacher log-probs scored right away. Agreement between the judge and the user is
-recorded as the live metric `judge/agreement`.
+teacher log-probs scored right away. A rating without a hint leaves the hint to the judge:
+once the turn has its next message, the judge reads it (the store sends such a sample back
+to the judge), so "Too long. Fifteen words." still teaches a user who also rates. Agreement
+between the judge and the user is recorded as the live metric `judge/agreement`.
 """
 
 from __future__ import annotations

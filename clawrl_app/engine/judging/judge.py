@@ -70,7 +70,8 @@ def penalize_degenerate(verdict: Verdict, answer_text: str | None) -> Verdict:
     judged -1 whatever the reply said: a user who asked for brevity may say "thanks" to
     "A volcano is a volcano is a volcano", and a judge that hears only the reply would
     reward the loop. The rule's verdict is added as a vote; the hint stays (the teacher's
-    answer to the request is still worth learning). Explicit ratings bypass the judge."""
+    answer to the request is still worth learning). An explicit rating is the reward
+    whatever the judge says; the judge still reads the reply for a hint."""
     if not answer_text or verdict.score < 0:
         return verdict
     form = degeneration(answer_text)
@@ -339,7 +340,7 @@ class JudgeLoop:
             self.events(LoopFailed("judge", self.last_error))
             return False
         hint = verdict.hint if teacher is not None else None
-        self.store.record_judgment(
+        row = self.store.record_judgment(
             sample.id,
             self.judge.name,
             verdict.votes,
@@ -350,9 +351,14 @@ class JudgeLoop:
             teacher,
             eligible_at=time.time() + self.grace_s,
         )
-        if topk is not None and hint is not None:
+        if topk is not None and hint is not None and row.user_hint is None:
             self.store.set_teacher_topk(sample.id, *topk)
-        if verdict.score == 0 and hint is None:  # no RL signal and no teacher: not trained
+        if row.user_rating is not None:  # rated before the judge read it: live agreement
+            self.store.add_metric(
+                sample.id, "judge/agreement", float(verdict.score == row.user_rating)
+            )
+        # The stored score is the user's rating where there is one (the judge only adds a hint).
+        if row.score == 0 and hint is None and row.user_hint is None:
             self.store.set_sample_state(sample.id, "skipped", "no signal: reward 0 and no hint")
         self.judged += 1
         self.events(

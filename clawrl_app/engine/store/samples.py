@@ -14,6 +14,18 @@ from clawrl_app.engine.store.schema import SAMPLE_STATES
 HOLDOUT_REASON = "held out: the regression guard's personal evaluation set"
 
 
+# A sample rated by the user without a hint and not yet read by the judge goes (back) to
+# the judge once it has a next state: the rating stays its reward (`record_judgment` keeps
+# `user_rating`), and the judge may still read a hint in the reply ("Too long. Fifteen
+# words."). Without this, a user who rates every answer would never teach by correction.
+_AWAIT_JUDGE_HINT = (
+    "UPDATE samples SET state = 'pending', claimed_at = NULL WHERE id = ? "
+    "AND state = 'judged' AND next_state_role IS NOT NULL AND EXISTS (SELECT 1 FROM judgments j "
+    "WHERE j.sample_id = samples.id AND j.user_rating IS NOT NULL AND j.user_hint IS NULL "
+    "AND j.judge_score IS NULL)"
+)
+
+
 class SamplesMixin(StoreBase):
     """Creating and claiming samples, recording verdicts and user ratings, marking training."""
 
@@ -27,7 +39,8 @@ class SamplesMixin(StoreBase):
         now: float | None = None,
     ) -> int | None:
         """Create the turn's pending sample and return its id; None if the turn already has
-        one (a sample made by a user rating without a next state gets this next state)."""
+        one (a sample made by a user rating without a next state gets this next state, or,
+        when there is none to give, an empty next-state text: looked for, nothing followed)."""
         next_state = (next_state_role, next_state_text, _dumps(next_state_json))
         with self._tx() as cur:
             old = cur.execute(
@@ -45,6 +58,13 @@ class SamplesMixin(StoreBase):
                     "UPDATE samples SET next_state_role = ?, next_state_text = ?, "
                     "next_state_json = ? WHERE id = ?",
                     (*next_state, old["id"]),
+                )
+                cur.execute(_AWAIT_JUDGE_HINT, (old["id"],))
+            elif old["next_state_role"] is None:
+                cur.execute(
+                    "UPDATE samples SET next_state_text = '' WHERE id = ? "
+                    "AND next_state_text IS NULL",
+                    (old["id"],),
                 )
             return None
 
@@ -113,7 +133,8 @@ class SamplesMixin(StoreBase):
                 "(:sid, :backend, :votes, :score, :score, :hint, :cands, :rule, :teacher, :t) "
                 "ON CONFLICT(sample_id) DO UPDATE SET backend = :backend, votes_json = :votes, "
                 "score = coalesce(user_rating, :score), judge_score = :score, hint = :hint, "
-                "hint_candidates_json = :cands, hint_rule = :rule, teacher_logprobs = :teacher",
+                "hint_candidates_json = :cands, hint_rule = :rule, teacher_logprobs = "
+                "CASE WHEN user_hint IS NULL THEN :teacher ELSE teacher_logprobs END",
                 {"sid": sample_id, "backend": backend, "votes": _dumps(list(votes)),
                  "score": score, "hint": hint, "cands": _dumps(list(hint_candidates)),
                  "rule": hint_rule, "teacher": teacher, "t": t},
@@ -184,7 +205,9 @@ class SamplesMixin(StoreBase):
                 "DO UPDATE SET score = :rating, user_rating = :rating, user_hint = :hint",
                 {"sid": found[0], "rating": rating, "hint": hint, "t": t},
             )
-            return self._mark_judged(cur, found[0], t, eligible_at)
+            row = self._mark_judged(cur, found[0], t, eligible_at)
+            cur.execute(_AWAIT_JUDGE_HINT, (found[0],))
+            return row
 
     def get_judgment(self, sample_id: int) -> JudgmentRow | None:
         """The judgment of a sample, or None."""

@@ -96,13 +96,20 @@ class TurnsMixin(StoreBase):
         )
 
     def main_turns_without_sample(self, limit: int = 500) -> list[TurnRow]:
-        """Main turns the collector has not handled yet (no sample row), oldest first;
-        never those of env sessions (their episode makes their samples)."""
+        """Main turns the collector has not handled yet, oldest first: those with no sample
+        row, and those rated (no hint) before their reply, once a later main turn exists
+        (their reply may hold the hint the judge reads). Never those of env sessions (their
+        episode makes their samples)."""
         return self._all(
             TurnRow,
             "SELECT t.* FROM turns t JOIN sessions ss ON ss.id = t.session_id "
             "LEFT JOIN samples s ON s.turn_id = t.id "
-            "WHERE t.type = 'main' AND s.id IS NULL AND ss.source NOT LIKE ? "
+            "WHERE t.type = 'main' AND ss.source NOT LIKE ? AND (s.id IS NULL OR ("
+            "s.state = 'judged' AND s.next_state_role IS NULL AND s.next_state_text IS NULL "
+            "AND EXISTS (SELECT 1 FROM judgments j WHERE j.sample_id = s.id "
+            "AND j.user_rating IS NOT NULL AND j.user_hint IS NULL AND j.judge_score IS NULL) "
+            "AND EXISTS (SELECT 1 FROM turns n WHERE n.session_id = t.session_id "
+            "AND n.type = 'main' AND n.idx > t.idx))) "
             "ORDER BY t.id LIMIT ?",
             (ENV_SOURCE_PREFIX + "%", limit),
         )

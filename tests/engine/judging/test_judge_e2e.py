@@ -98,6 +98,43 @@ def test_feedback_overrides_the_judge(judged: dict[str, Any], engine: Any) -> No
     assert agreement and agreement[-1].value == 0.0
 
 
+def test_a_rating_without_hint_still_learns_the_replys_correction(engine: Any) -> None:
+    """The rated user (bench brevity/rated): +1 posted before the reply, then a correction
+    in words. The rating stays the reward; the judge still reads the reply for its hint."""
+    sid = "judge-e2e-rated"
+    c = openai.OpenAI(base_url=engine.url, api_key="x", max_retries=0)
+    msgs: list[dict[str, Any]] = [{"role": "user", "content": "Describe the sea."}]
+    r = c.chat.completions.create(
+        model="clawrl", messages=msgs, max_tokens=12, temperature=0,
+        extra_headers={"X-Session-Id": sid},
+    )  # fmt: skip
+    rated = httpx.post(
+        f"{engine.url}/feedback", json={"session_id": sid, "turn": -1, "rating": 1}, timeout=60
+    )
+    assert rated.status_code == 200, rated.text
+    msgs += [
+        {"role": "assistant", "content": r.choices[0].message.content},
+        {"role": "user", "content": "No, that's wrong. Make it shorter: one line only."},
+    ]
+    c.chat.completions.create(
+        model="clawrl", messages=msgs, max_tokens=4, temperature=0,
+        extra_headers={"X-Session-Id": sid, "X-Session-Done": "true"},
+    )  # fmt: skip
+    store = engine.engine.store
+
+    def judged_by_judge() -> Any:
+        first = store.samples_for_session(sid)[0]
+        j = store.get_judgment(first.id)
+        return j if j is not None and j.judge_score is not None else None
+
+    j = wait_for(judged_by_judge)
+    assert (j.score, j.user_rating, j.judge_score) == (1, 1, -1)
+    assert j.hint and "one line" in j.hint and j.teacher_logprobs
+    assert store.get_sample(j.sample_id).state == "judged"
+    agreement = [m for m in store.metrics("judge/agreement") if m.step == j.sample_id]
+    assert agreement and agreement[-1].value == 0.0
+
+
 @pytest.mark.parametrize(
     "body,status",
     [

@@ -311,7 +311,8 @@ def test_record_judgment_and_user_rating_override(store: Store) -> None:
     # A later re-judgment updates the judge's view but the user's rating still wins.
     again = store.record_judgment(sid, "prm:base", [0], 0, None, [], None, None, None)
     assert (again.score, again.judge_score, again.user_rating) == (-1, 0, -1)
-    assert again.teacher_logprobs is None
+    # ... and never replaces the teacher scored for the user's own hint.
+    assert again.teacher_logprobs == teacher
     assert store.get_judgment(sid) == again
     # Rating a turn without a sample creates one (no next state), judged at once.
     only_user = store.set_user_rating(t1, 1, None, eligible_at=5.0)
@@ -321,15 +322,65 @@ def test_record_judgment_and_user_rating_override(store: Store) -> None:
     assert (new_sample.state, new_sample.next_state_role, new_sample.eligible_at) == (
         "judged", None, 5.0,
     )  # fmt: skip
-    # The collector arriving later fills the missing next state but makes no new sample.
+    # The collector arriving later fills the missing next state but makes no new sample;
+    # the rating had no hint, so the sample goes to the judge to read the reply for one.
     assert store.create_sample(t1, "s", "user", "late reply", None) is None
     filled = store.get_sample(only_user.sample_id)
     assert filled is not None and filled.next_state_text == "late reply"
-    assert filled.state == "judged"
+    assert filled.state == "pending"
     with pytest.raises(ValueError):
         store.set_user_rating(t0, 2, None)
     with pytest.raises(StoreError, match="unknown turn"):
         store.set_user_rating(999, 1, None)
+
+
+def test_rating_without_hint_leaves_the_hint_to_the_judge(store: Store) -> None:
+    """A user who rates (no hint) and then corrects in words: the rating is the reward and
+    the judge still reads the reply for the hint, in either order."""
+    t0, t1, t2 = session_with_turns(store, "s", 3)
+    # Rated first (no sample yet), reply later: judged by the user, then back to the judge.
+    rated = store.set_user_rating(t0, -1, None, now=1.0)
+    assert store.get_sample(rated.sample_id).state == "judged"  # type: ignore[union-attr]
+    # The collector still looks at it (a later main turn exists: its reply may hold a hint).
+    assert t0 in [t.id for t in store.main_turns_without_sample()]
+    store.create_sample(t0, "s", "user", "Too long. Fifteen words.", None)
+    assert t0 not in [t.id for t in store.main_turns_without_sample()]
+    assert [s.id for s in store.claim_pending_samples(10)] == [rated.sample_id]
+    j = store.record_judgment(
+        rated.sample_id, "heuristic", [-1], 0, "Fifteen words.", [], "rule", [-0.5, -0.25], None
+    )
+    assert (j.score, j.judge_score, j.user_rating, j.hint) == (-1, 0, -1, "Fifteen words.")
+    assert j.teacher_logprobs == [-0.5, -0.25]
+    assert store.get_sample(rated.sample_id).state == "judged"  # type: ignore[union-attr]
+    # Reply first, rated before the judge read it: the sample stays with the judge.
+    sid1 = store.create_sample(t1, "s", "user", "Shorter please.", None)
+    assert sid1 is not None
+    store.set_user_rating(t1, 1, None)
+    assert store.get_sample(sid1).state == "pending"  # type: ignore[union-attr]
+    # Once the judge has read it, a later rating only changes the reward.
+    store.record_judgment(sid1, "heuristic", [-1], -1, None, [], None, None, None)
+    again = store.set_user_rating(t1, 1, None)
+    assert (again.score, again.judge_score) == (1, -1)
+    assert store.get_sample(sid1).state == "judged"  # type: ignore[union-attr]
+    # A rating with its own hint needs no judge: judged at once, reply or not.
+    sid2 = store.create_sample(t2, "s", "user", "ok", None)
+    assert sid2 is not None
+    store.set_user_rating(t2, -1, "use a table")
+    assert store.get_sample(sid2).state == "judged"  # type: ignore[union-attr]
+    assert store.claim_pending_samples(10) == []
+
+
+def test_a_rated_turn_whose_next_request_restarted_is_looked_at_once(store: Store) -> None:
+    """Rated before a reply that never came (the client restarted the conversation): the
+    rating stays trainable, and the collector does not look at the turn forever."""
+    t0, _t1 = session_with_turns(store, "s", 2)
+    rated = store.set_user_rating(t0, 1, None)
+    assert [t.id for t in store.main_turns_without_sample()] == [t0, _t1]
+    assert store.create_sample(t0, "s", None, None) is None  # looked: nothing followed
+    assert [t.id for t in store.main_turns_without_sample()] == [_t1]
+    sample = store.get_sample(rated.sample_id)
+    assert sample is not None and sample.state == "judged" and sample.next_state_role is None
+    assert store.claim_pending_samples(10) == []
 
 
 def test_trainable_samples_respect_review(store: Store) -> None:
