@@ -235,6 +235,35 @@ def rl_advantages(
         return torch.where(signal_B, r_B - baseline, 0.0)  # (B,)
 
 
+def batch_baseline(
+    kind: BaselineKind,
+    rewards: Sequence[float],
+    has_reward: Sequence[bool],
+    ema_value: float | None = None,
+) -> float:
+    """The reward baseline of a whole batch as one number, by `rl_advantages`'s rules
+    (`batch_mean`: the mean reward of the samples with a signal, r != 0; `ema`: `ema_value`,
+    this batch's mean while it is None; `none`: 0). The trainer takes it once over the
+    global batch before splitting it into micro-batches and ranks, so the advantages do
+    not depend on how memory or the number of GPUs splits the batch."""
+    if kind not in _BASELINES:
+        raise ValueError(f"unknown baseline {kind!r}; known: {sorted(_BASELINES)}")
+    if kind == "none":
+        return 0.0
+    signal = [r for r, h in zip(rewards, has_reward, strict=True) if h and r != 0]
+    mean = math.fsum(signal) / len(signal) if signal else 0.0
+    return mean if kind == "batch_mean" or ema_value is None else ema_value
+
+
+def advantages_from(rewards_B: Tensor, has_reward_B: Tensor, baseline: float) -> Tensor:
+    """r − `baseline` for samples with an RL signal (r != 0), exactly 0 for the others;
+    detached, (B,). `baseline` comes from `batch_baseline`."""
+    with torch.no_grad():
+        r_B = _upcast(rewards_B.detach())  # (B,)
+        signal_B = has_reward_B.bool() & (r_B != 0)  # (B,)
+        return torch.where(signal_B, r_B - baseline, 0.0)  # (B,)
+
+
 def opd_token_advantages(
     teacher_logprobs_BT: Tensor,
     old_logprobs_BT: Tensor,

@@ -32,9 +32,25 @@ log = logging.getLogger("clawrl.trainer")
 
 
 def launch_command(
-    config_file: Path, gpus: tuple[int, ...], python: str = sys.executable
+    config_file: Path, gpus: tuple[int, ...], python: str = sys.executable, ranks: int = 0
 ) -> list[str]:
-    """`accelerate launch` of the trainer module on the plan's devices (CPU when none)."""
+    """How the trainer starts on the plan's devices (CPU when none): one process through
+    `accelerate launch`; several ranks (one per trainer GPU, or `ranks` CPU processes)
+    through `rank_launch`, which keeps them all in the supervisor's process group (torchrun
+    and `accelerate launch --multi_gpu` put each rank in a session of its own, out of reach
+    of the group signal). The trainer itself sets up DDP or FSDP (`TrainerConfig.sharding`)."""
+    n = ranks or max(1, len(gpus))
+    trainer = ["-m", "clawrl_app.engine.training.trainer", "--config", str(config_file)]
+    if n > 1:
+        return [
+            python,
+            "-m",
+            "clawrl_app.engine.training.rank_launch",
+            "--nproc",
+            str(n),
+            "--",
+            *trainer[2:],
+        ]
     cmd = [
         python,
         "-m",
@@ -42,15 +58,14 @@ def launch_command(
         "--num_machines",
         "1",
         "--num_processes",
-        str(max(1, len(gpus))),
+        "1",
         "--dynamo_backend",
         "no",
         "--mixed_precision",
         "no",
     ]
-    cmd += ["--multi_gpu"] if len(gpus) > 1 else []
     cmd += ["--cpu"] if not gpus else []
-    return [*cmd, "-m", "clawrl_app.engine.training.trainer", "--config", str(config_file)]
+    return [*cmd, *trainer]
 
 
 def backoff_s(failures: int) -> float:
@@ -68,6 +83,7 @@ class TrainerSupervisor:
         gpus: tuple[int, ...] = (),
         events: EventSink | None = None,
         log_file: Path | None = None,
+        ranks: int = 0,
     ) -> None:
         self.cfg = replace(
             cfg,
@@ -78,6 +94,8 @@ class TrainerSupervisor:
         """Held while this engine lives: a trainer it started stops once the engine is gone."""
         self.run_dir = run_dir
         self.gpus = gpus
+        self.ranks = ranks
+        """Trainer processes; 0 = one per trainer GPU (one on the CPU)."""
         self.events: EventSink = events or (lambda e: None)
         self.log_file = log_file or run_dir / "trainer.log"
         self.state = "idle"
@@ -133,7 +151,7 @@ class TrainerSupervisor:
         self.state = "stopped"
 
     async def _run_once(self) -> int:
-        cmd = launch_command(self.config_file, self.gpus)
+        cmd = launch_command(self.config_file, self.gpus, ranks=self.ranks)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         if self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)

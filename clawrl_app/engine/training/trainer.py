@@ -41,11 +41,19 @@ from clawrl_app.engine.training.lease import hold_trainer_lock, owner_alive
 from clawrl_app.engine.training.losses import (
     OBJECTIVES,
     LossConfig,
+    advantages_from,
+    batch_baseline,
     ema_baseline_update,
-    rl_advantages,
 )
 from clawrl_app.engine.training.pause_points import install_pause_points
 from clawrl_app.engine.training.policy_forward import response_logprobs
+from clawrl_app.engine.training.ranks import (
+    Ranks,
+    broadcast,
+    loss_scale,
+    rank_share,
+    sum_over_ranks,
+)
 from clawrl_app.engine.training.train_data import Skip, TrainItem, build_item, micro_batches
 
 log = logging.getLogger("clawrl.trainer")
@@ -111,29 +119,39 @@ class Trainer:
                 "train.mode = qlora needs CUDA (bitsandbytes 4-bit); use lora or full."
             )
         self.cfg = cfg
-        # before the store and the checkpoint folder: an old trainer may still finish a step
-        self._lock_fd = hold_trainer_lock(Path(cfg.lock_file)) if cfg.lock_file else None
+        self.ranks = Ranks.from_env()
+        main = self.ranks.main
+        # Rank 0 alone holds the lock, before the store and the checkpoint folder (an old
+        # trainer may still finish a step); the other ranks wait for it in the first
+        # broadcast below, never on the lock (two ranks on one lock wait for each other).
+        self._lock_fd = hold_trainer_lock(Path(cfg.lock_file)) if cfg.lock_file and main else None
         self.accelerator = Accelerator(cpu=cfg.device == "cpu")
-        self.store = Store(Path(cfg.store_path))
+        self.store: Store | None = Store(Path(cfg.store_path)) if main else None
         self.root = Path(cfg.checkpoints_dir)
-        clean_temp(self.root)
-        if self._lock_fd is not None:  # the only trainer: what the store lacks is a leftover
-            registered = [Path(c.path) for c in self.store.list_checkpoints()]
+        if self.store is not None:
+            clean_temp(self.root)
+        if self._lock_fd is not None and self.store is not None:  # the only trainer:
+            registered = [Path(c.path) for c in self.store.list_checkpoints()]  # a leftover
             for name in clean_unregistered(self.root, registered):
                 log.info("removed %s: written by a trainer killed before registering it", name)
-        torch.manual_seed(cfg.seed)
+        torch.manual_seed(cfg.seed + self.ranks.rank)
         self.step = 0
         self.baseline: float | None = None
-        parent_dir = self._resume_dir()
-        # full fine-tuning resumes from the checkpoint's own weights; LoRA from the base
-        weights = (
-            parent_dir if cfg.mode == "full" and parent_dir is not None else Path(cfg.model_path)
-        )
+        found, error = broadcast(self._resume_choice() if main else (None, None), self.ranks)
+        if error:
+            raise SystemExit(error)
+        parent_dir = Path(found) if found is not None else None
+        # Full fine-tuning resumes from the checkpoint's own weights, LoRA from the base.
+        # Only rank 0 reads the checkpoint: DDP (and FSDP's sync) copy rank 0's weights to
+        # every rank when the model is prepared, and its optimizer state is broadcast.
+        mine = parent_dir if main else None
+        weights = mine if cfg.mode == "full" and mine is not None else Path(cfg.model_path)
+        device = str(self.accelerator.device)  # this rank's own device (cuda:LOCAL_RANK)
         if cfg.mode == "qlora":
-            base, self.tokenizer = load_4bit(weights, cfg.device, cfg.gradient_checkpointing)
+            base, self.tokenizer = load_4bit(weights, device, cfg.gradient_checkpointing)
         else:
             resolved = ResolvedModel(weights, "local", weights.name, 0)
-            base, self.tokenizer = load_model(resolved, device=cfg.device)
+            base, self.tokenizer = load_model(resolved, device=device)
             if cfg.gradient_checkpointing:
                 enable_checkpointing(base, adapter=cfg.mode != "full")
         model = self._wrap(base, parent_dir)
@@ -159,7 +177,9 @@ class Trainer:
         self.pause_budget = PauseBudget(cfg.yield_max_s)
         self._owner_checked = 0.0
         self.serving: BusyFlag | None = None
-        if cfg.serving_flag_file and cfg.yield_max_s > 0:
+        # Pausing for a CPU endpoint is a single-process matter: a rank that paused alone
+        # would stall the others' collectives.
+        if cfg.serving_flag_file and cfg.yield_max_s > 0 and self.ranks.world == 1:
             try:
                 self.serving = BusyFlag(cfg.serving_flag_file)
             except OSError as exc:  # no flag: train without pausing rather than not at all
@@ -199,19 +219,26 @@ class Trainer:
             return load_function(self.cfg.custom_loss_path, "loss")
         return OBJECTIVES[self.cfg.method]
 
-    def _resume_dir(self) -> Path | None:
+    def _main_store(self) -> Store:
+        """The store, which only rank 0 opens."""
+        if self.store is None:
+            raise RuntimeError(f"rank {self.ranks.rank} touched the store; only rank 0 may")
+        return self.store
+
+    def _resume_choice(self) -> tuple[str | None, str | None]:
+        """Rank 0: (the checkpoint folder to resume from or None, an error or None)."""
         if self.cfg.resume_from == "none":
-            return None
+            return None, None
         rows = [
             c
-            for c in self.store.list_checkpoints()
+            for c in self._main_store().list_checkpoints()
             if c.status != "pruned" and Path(c.path).exists()
         ]
         if self.cfg.resume_from != "latest":
             rows = [c for c in rows if c.version == self.cfg.resume_from]
             if not rows:
-                raise SystemExit(f"checkpoint {self.cfg.resume_from} not found")
-        return Path(max(rows, key=lambda c: c.created).path) if rows else None
+                return None, f"checkpoint {self.cfg.resume_from} not found"
+        return (max(rows, key=lambda c: c.created).path if rows else None), None
 
     def _wrap(self, base: Any, resume: Path | None) -> Any:
         if self.cfg.mode == "full":
@@ -220,8 +247,13 @@ class Trainer:
             return base
         from peft import LoraConfig, PeftModel, get_peft_model
 
-        if resume is not None:
-            return PeftModel.from_pretrained(base, str(resume), is_trainable=True)
+        if resume is not None and self.ranks.main:
+            model = PeftModel.from_pretrained(base, str(resume), is_trainable=True)
+            broadcast(model.peft_config["default"], self.ranks)  # its shape, for the others
+            return model
+        if resume is not None:  # rank 0's adapter config; its weights come with DDP's sync
+            shape: LoraConfig = broadcast(LoraConfig(), self.ranks)
+            return get_peft_model(base, shape)
         cfg = LoraConfig(
             r=self.cfg.lora_rank,
             lora_alpha=self.cfg.lora_alpha,
@@ -232,30 +264,38 @@ class Trainer:
         return get_peft_model(base, cfg)
 
     def _load_state(self, path: Path) -> None:
-        state = json.loads((path / STATE).read_text())
+        """Step, baseline and optimizer state of the checkpoint: read by rank 0, broadcast."""
+        state: dict[str, Any] | None = None
+        if self.ranks.main:
+            state = json.loads((path / STATE).read_text())
+            opt = torch.load(path / "optimizer.pt", weights_only=False, map_location="cpu")
+            rng = torch.load(path / "rng.pt", weights_only=False)
+            torch.set_rng_state(rng["torch"])
+            state = {**state, "optimizer": opt}
+        state = broadcast(state, self.ranks)
+        assert state is not None
         self.step, self.baseline, self.parent = state["step"], state["baseline"], state["version"]
-        self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
-        rng = torch.load(path / "rng.pt", weights_only=False)
-        torch.set_rng_state(rng["torch"])
+        self.optimizer.load_state_dict(state["optimizer"])
         log.info("resumed from %s (step %d)", path.name, self.step)
 
     # -- data --------------------------------------------------------------------------
     def next_batch(self) -> list[TrainItem]:
         """Up to batch_size usable items; unusable samples are skipped with their reason."""
         items: list[TrainItem] = []
-        newest = max((version_number(c.version) for c in self.store.list_checkpoints()), default=0)
-        rows = self.store.trainable_samples(
+        store = self._main_store()
+        newest = max((version_number(c.version) for c in store.list_checkpoints()), default=0)
+        rows = store.trainable_samples(
             self.cfg.batch_size * 4, approved_only=self.cfg.approved_only
         )
         for sample in rows:
-            turn, judgment = self.store.get_turn(sample.turn_id), self.store.get_judgment(sample.id)
+            turn, judgment = store.get_turn(sample.turn_id), store.get_judgment(sample.id)
             if turn is None or judgment is None:
                 continue
             got = build_item(
                 sample, turn, judgment, self.cfg.method, newest, self.cfg.max_staleness
             )
             if isinstance(got, Skip):
-                self.store.set_sample_state(got.sample_id, "skipped", got.reason)
+                store.set_sample_state(got.sample_id, "skipped", got.reason)
                 continue
             items.append(got)
             if len(items) == self.cfg.batch_size:
@@ -265,8 +305,9 @@ class Trainer:
     def still_allowed(self, items: list[TrainItem]) -> list[TrainItem]:
         """Re-check review states right before the optimizer sees the batch."""
         ok = []
+        store = self._main_store()
         for it in items:
-            sess = self.store.get_session(it.session_id)
+            sess = store.get_session(it.session_id)
             if sess is None or sess.review_state == "excluded":
                 continue
             if self.cfg.approved_only and sess.review_state != "approved":
@@ -281,7 +322,8 @@ class Trainer:
         metrics (losses and statistics of the last update)."""
         t0 = time.monotonic()
         self.pause_budget.reset()
-        print(json.dumps({"event": "step_started", "step": self.step + 1}), flush=True)
+        if self.ranks.main:
+            print(json.dumps({"event": "step_started", "step": self.step + 1}), flush=True)
         self.baseline = (
             ema_baseline_update(self.baseline, [it.reward for it in items if it.has_reward])
             if any(it.has_reward for it in items)
@@ -291,7 +333,9 @@ class Trainer:
         for _ in range(self.cfg.updates_per_batch - 1):  # more PPO-style passes, same batch
             parts, grad_norm = self._update(items)
         self.step += 1
-        totals = weighted_totals(parts)  # the step's one read-back (with grad_norm below)
+        # The step's one read-back (with grad_norm below); each rank's share-weighted sums
+        # add up to the global batch's figures.
+        totals = sum_over_ranks(weighted_totals(parts), self.ranks, self.device)
         rewards = [it.reward for it in items]
         metrics = {
             "loss": totals.get("loss", 0.0),
@@ -320,26 +364,37 @@ class Trainer:
         return {k: v for k, v in metrics.items() if math.isfinite(v)}
 
     def _update(self, items: list[TrainItem]) -> tuple[list[Any], torch.Tensor]:
-        """One optimizer update over the batch: forward/backward per micro-batch, clip, AdamW
-        step. Returns each micro-batch's (share, loss, stats) and the gradient norm."""
+        """One optimizer update over the global batch `items`: this rank's share of it,
+        forward/backward per micro-batch (gradients synchronised across ranks on the last
+        one only), clip, AdamW step. Returns each micro-batch's (share of the global
+        batch, loss, stats) and the gradient norm."""
         self.optimizer.zero_grad(set_to_none=True)
+        baseline = batch_baseline(
+            self.cfg.baseline,  # type: ignore[arg-type]
+            [it.reward for it in items],
+            [it.has_reward for it in items],
+            self.baseline,
+        )  # over the global batch, before it is split
+        world = self.ranks.world
+        mbs = micro_batches(rank_share(items, self.ranks.rank, world), self.cfg.token_budget)
         # Losses and statistics stay on the device until the optimizer step is queued: a
         # read-back inside the loop would make the host wait for the GPU before each backward.
         parts: list[tuple[float, torch.Tensor, Mapping[str, float]]] = []
-        for mb in micro_batches(items, self.cfg.token_budget):
-            out = response_logprobs(self.model, mb, self.device)
-            adv_B = rl_advantages(out.rewards_B, out.has_reward_B, self.cfg.baseline, self.baseline)  # type: ignore[arg-type]
-            batch = out.loss_batch()
-            if self.loss_cfg.kl_coef > 0:
-                batch = replace(batch, ref_logprobs_BT=self.base_logprobs(mb))
-            result = self.objective(batch, self.loss_cfg, adv_B)
-            share = len(mb) / len(items)
-            self.accelerator.backward(result.loss * share)
-            parts.append((share, result.loss.detach(), result.stats))
+        for i, mb in enumerate(mbs):
+            last = i == len(mbs) - 1
+            with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
+                out = response_logprobs(self.model, mb, self.device)
+                adv_B = advantages_from(out.rewards_B, out.has_reward_B, baseline)
+                batch = out.loss_batch()
+                if self.loss_cfg.kl_coef > 0:
+                    batch = replace(batch, ref_logprobs_BT=self.base_logprobs(mb))
+                result = self.objective(batch, self.loss_cfg, adv_B)
+                self.accelerator.backward(result.loss * loss_scale(len(mb), len(items), world))
+            parts.append((len(mb) / len(items), result.loss.detach(), result.stats))
         params = [p for p in self.model.parameters() if p.requires_grad]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.grad_clip)
+        grad_norm = self.accelerator.clip_grad_norm_(params, self.cfg.grad_clip)
         self.optimizer.step()
-        return parts, grad_norm
+        return parts, torch.as_tensor(grad_norm, device=self.device)
 
     def base_logprobs(self, items: list[TrainItem]) -> torch.Tensor:
         """Log-probs of the items' responses under the base model (the adapter turned off),
@@ -366,8 +421,19 @@ class Trainer:
         return out
 
     def save(self, items: list[TrainItem], metrics: dict[str, float]) -> str:
-        """Write the checkpoint, then register it and mark its samples in one transaction."""
-        version = next_version([c.version for c in self.store.list_checkpoints()])
+        """Write the checkpoint, then register it and mark its samples in one transaction
+        (rank 0; every rank takes part in the canary's forward passes and gets the version)."""
+        canary = self.canary()
+        version = self._write_and_register(items, metrics, canary) if self.ranks.main else ""
+        version = broadcast(version, self.ranks)
+        self.parent = version
+        return version
+
+    def _write_and_register(
+        self, items: list[TrainItem], metrics: dict[str, float], canary: list[dict[str, Any]]
+    ) -> str:
+        store = self._main_store()
+        version = next_version([c.version for c in store.list_checkpoints()])
         sessions = sorted({it.session_id for it in items})
         manifest = Manifest(
             version,
@@ -378,7 +444,7 @@ class Trainer:
             metrics,
             sessions,
             [it.sample_id for it in items],
-            self.canary(),
+            canary,
         )
         state = {
             "step": self.step,
@@ -404,13 +470,12 @@ class Trainer:
             },
             manifest,
         )
-        with self.store.atomic():
-            self.store.register_checkpoint(
+        with store.atomic():
+            store.register_checkpoint(
                 version, path, self.parent, self.step, metrics, sessions, manifest.samples
             )
-            self.store.mark_trained(manifest.samples, version)
-            self.store.add_metrics(self.step, metrics, version=version)
-        self.parent = version
+            store.mark_trained(manifest.samples, version)
+            store.add_metrics(self.step, metrics, version=version)
         return version
 
     # -- loop --------------------------------------------------------------------------
@@ -442,25 +507,43 @@ class Trainer:
         except EngineGone:  # mid-step too: that step is dropped, nothing half-registered
             log.info("the engine that started this trainer is gone; stopping")
 
+    def decide(self) -> tuple[str, list[TrainItem]]:
+        """Rank 0: ("stop", []) once the engine is gone, ("wait", []) while training is
+        not allowed or the batch is not full, else ("train", the global batch)."""
+        try:
+            self.check_owner()
+        except EngineGone:
+            return "stop", []
+        if not self.allowed():
+            return "wait", []
+        items = self.still_allowed(self.next_batch())
+        return ("train", items) if len(items) >= self.cfg.batch_size else ("wait", [])
+
+    def engine_gone(self) -> bool:
+        """Rank 0 checks the owner; every rank gets the answer."""
+        if not self.ranks.main:
+            return bool(broadcast(False, self.ranks))
+        try:
+            self.check_owner()
+        except EngineGone:
+            return bool(broadcast(True, self.ranks))
+        return bool(broadcast(False, self.ranks))
+
     def _loop(self) -> None:
         while not self.cfg.max_steps or self.step < self.cfg.max_steps:
-            self.check_owner()
-            if not self.allowed():
-                time.sleep(self.cfg.poll_s)
-                continue
-            items = self.still_allowed(self.next_batch())
-            if len(items) < self.cfg.batch_size:
+            what, items = broadcast(self.decide() if self.ranks.main else ("", []), self.ranks)
+            if what == "stop":
+                raise EngineGone
+            if what == "wait":
                 time.sleep(self.cfg.poll_s)
                 continue
             metrics = self.train_step(items)
-            self.check_owner()  # a step is long: the engine may have died meanwhile
+            if self.engine_gone():  # a step is long: the engine may have died meanwhile
+                raise EngineGone
             version = self.save(items, metrics)
-            print(
-                json.dumps(
-                    {"event": "checkpoint", "version": version, "step": self.step, **metrics}
-                ),
-                flush=True,
-            )
+            if self.ranks.main:
+                event = {"event": "checkpoint", "version": version, "step": self.step, **metrics}
+                print(json.dumps(event), flush=True)
 
 
 def weighted_totals(

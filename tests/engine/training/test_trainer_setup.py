@@ -29,10 +29,11 @@ def test_launch_goes_through_accelerate_on_the_plan_devices(tmp_path: Path) -> N
     assert cpu[1:4] == ["-m", "accelerate.commands.launch", "--num_machines"] and "--cpu" in cpu
     assert cpu[-3:] == ["clawrl_app.engine.training.trainer", "--config", str(tmp_path / "c.json")]
     assert cpu[cpu.index("--num_processes") + 1] == "1"
+    one_gpu = launch_command(tmp_path / "c.json", (2,))
+    assert "--cpu" not in one_gpu and one_gpu[one_gpu.index("--num_processes") + 1] == "1"
+    # several trainer GPUs: one rank each, through rank_launch (tests/engine/training/test_ranks.py)
     gpus = launch_command(tmp_path / "c.json", (2, 3))
-    assert "--multi_gpu" in gpus and "--cpu" not in gpus
-    assert gpus[gpus.index("--num_processes") + 1] == "2"
-    assert gpus[gpus.index("-m", 3) + 1] == "clawrl_app.engine.training.trainer"
+    assert gpus[2:5] == ["clawrl_app.engine.training.rank_launch", "--nproc", "2"]
 
 
 def test_restart_backoff_doubles_and_caps() -> None:
