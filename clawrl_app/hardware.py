@@ -1,157 +1,45 @@
-"""What this machine has, and how serving, judge and trainer share it.
+"""How serving, judge and trainer share this machine's GPUs (or its CPU and RAM).
 
-`inventory()` is the only function here that touches the system; `plan()` is pure, so every
-GPU layout can be tested on a laptop. The memory estimates (memory_model.py) are deliberately
-simple, and every number the plan relies on is shown by `clawrl-app doctor`.
+`plan()` is pure, so every GPU layout can be tested on a laptop: what the machine has comes
+from `gpu_inventory.inventory()` (re-exported here). The memory estimates (memory_model.py)
+are deliberately simple, and every number the plan relies on is shown by `clawrl-app doctor`.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
-import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, cast
 
 from clawrl_app.config import HardwareSettings, Settings
+from clawrl_app.gpu_inventory import GPU as GPU
+from clawrl_app.gpu_inventory import Inventory as Inventory
+from clawrl_app.gpu_inventory import inventory as inventory
+from clawrl_app.gpu_inventory import parse_nvidia_smi as parse_nvidia_smi
+from clawrl_app.gpu_inventory import visible_gpus as visible_gpus
 from clawrl_app.memory_model import (
     GIB,
     MemoryLine,
     ModelInfo,
     PlanError,
     TrainMode,
+    TrainSharding,
+    launch_name,
     merged_lora_serving,
     prefix_cache_budget,
     serve_need,
     spare_gib,
     train_need,
+    train_sharding,
 )
 
 OVERHEAD_GIB = 2.0  # per process per GPU: CUDA context, cuBLAS/NCCL workspace, CUDA graphs
 CPU_RESERVE_GIB = 2.0  # RAM left to the OS and the Python/torch runtime
 SMALL_POLICY_B = 1.0  # below this a policy is too weak to judge its own turns
-NVIDIA_SMI_QUERY = "--query-gpu=index,name,memory.total"
 
 Backend = Literal["torch", "sglang", "llamacpp"]
 JudgeBackend = Literal["policy", "openai", "heuristic"]
-
-
-@dataclass(frozen=True)
-class GPU:
-    """One NVIDIA GPU: its physical index (what CUDA_VISIBLE_DEVICES takes), name and memory."""
-
-    index: int
-    name: str
-    memory_gib: float
-
-
-@dataclass(frozen=True)
-class Inventory:
-    """The hardware `plan()` may use."""
-
-    gpus: tuple[GPU, ...]
-    sglang_available: bool
-    cpu_count: int
-    ram_gib: float
-
-
-def parse_nvidia_smi(text: str) -> tuple[GPU, ...]:
-    """Parse `nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader,nounits`."""
-    gpus = []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 3 or not parts[0].isdigit():
-            continue
-        try:
-            mem_mib = float(parts[-1])
-        except ValueError:  # "[N/A]" or "[Insufficient Permissions]"
-            continue
-        gpus.append(GPU(int(parts[0]), ", ".join(parts[1:-1]), round(mem_mib / 1024, 2)))
-    return tuple(gpus)
-
-
-def visible_gpus(gpus: Sequence[GPU], cuda_visible: str | None) -> tuple[GPU, ...] | None:
-    """Apply CUDA_VISIBLE_DEVICES to nvidia-smi's list (which ignores it).
-
-    Follows CUDA: listed order, parsing stops at the first unknown index, empty = no GPU.
-    Returns None for UUID/MIG entries, which only CUDA itself can resolve.
-    """
-    if cuda_visible is None:
-        return tuple(gpus)
-    by_index = {g.index: g for g in gpus}
-    out: list[GPU] = []
-    for entry in (e.strip() for e in cuda_visible.split(",") if e.strip()):
-        if entry.startswith(("GPU-", "MIG-")):
-            return None
-        if not entry.lstrip("-").isdigit() or int(entry) not in by_index:
-            break
-        out.append(by_index[int(entry)])
-    return tuple(out)
-
-
-def _nvidia_smi() -> tuple[GPU, ...] | None:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        cmd = [exe, NVIDIA_SMI_QUERY, "--format=csv,noheader,nounits"]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (parse_nvidia_smi(done.stdout) or None) if done.returncode == 0 else None
-
-
-def _torch_gpus(cuda_visible: str | None) -> tuple[GPU, ...]:
-    # Importing torch takes seconds: only try where an NVIDIA driver could be (Linux, WSL, Windows).
-    driver = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/dxg")
-    if os.name != "nt" and not any(os.path.exists(p) for p in driver):
-        return ()
-    if importlib.util.find_spec("torch") is None:
-        return ()
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return ()
-        entries = [e.strip() for e in (cuda_visible or "").split(",") if e.strip()]
-        physical = [int(e) for e in entries] if all(e.isdigit() for e in entries) else []
-        gpus = []
-        for i in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(i)
-            index = physical[i] if i < len(physical) else i
-            gpus.append(GPU(index, props.name, round(props.total_memory / GIB, 2)))
-        return tuple(gpus)
-    except Exception:  # a broken CUDA install means no usable GPU, not a crash
-        return ()
-
-
-def _ram_gib() -> float:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return round(int(line.split()[1]) / 1024**2, 2)
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB, 2)
-    except (ValueError, OSError, AttributeError):
-        return 0.0
-
-
-def inventory() -> Inventory:
-    """Probe GPUs (nvidia-smi, else torch.cuda), the sglang package, CPU cores and RAM."""
-    cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    smi = _nvidia_smi()
-    gpus = visible_gpus(smi, cuda_visible) if smi is not None else None
-    if gpus is None:
-        gpus = _torch_gpus(cuda_visible)
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    has_sglang = importlib.util.find_spec("sglang") is not None
-    return Inventory(gpus, has_sglang, cpus or 1, _ram_gib())
 
 
 @dataclass(frozen=True)
@@ -180,6 +68,10 @@ class Plan:
     """Torch backend: serve each LoRA version as merged weights (base speed, more memory)."""
     gradient_checkpointing: bool = False
     """Whether the trainer recomputes layers in backward (see `checkpointing_choices`)."""
+    train_sharding: TrainSharding = "none"
+    """How the trainer is launched on `train_devices` (`memory_model.train_sharding`): one
+    device, DDP (LoRA/QLoRA: a full copy per GPU) or FSDP (full: weights, grads and AdamW
+    sharded); the memory lines are computed for this launch."""
     prefix_cache_mb: int = 0
     """Torch backend: default bound (MiB) of the prefix KV cache (`prefix_cache_budget`)."""
 
@@ -200,15 +92,17 @@ def _fit(
     model: ModelInfo, mode: TrainMode, layout: _Layout, dtype: int, tokens: int, gc: bool
 ) -> list[_Check]:
     """Check each role; roles sharing a card (1 GPU, CPU) get what the earlier ones left.
-    The trainer's micro-batch has `tokens` tokens, gradient checkpointing `gc`."""
-    overhead = 0.0 if layout[0][0].index == _CPU else OVERHEAD_GIB
+    Serving holds `dtype` weights; the trainer loads its own with dtype auto (models.py:
+    bf16 on CUDA, fp32 on the CPU), a micro-batch of `tokens` tokens, checkpointing `gc`."""
+    cpu = layout[0][0].index == _CPU
+    overhead = 0.0 if cpu else OVERHEAD_GIB
     used: dict[int, float] = {}
     checks = []
     for role, group in zip(("serving", "judge", "training"), layout, strict=True):
         if not group:
             continue
         if role == "training":
-            need = train_need(model, mode, len(group), dtype, overhead, gc, tokens)
+            need = train_need(model, mode, len(group), 4 if cpu else 2, overhead, gc, tokens)
         else:
             need = serve_need(model, len(group), dtype, overhead)
         have = max(0.0, min(g.memory_gib - used.get(g.index, 0.0) for g in group))
@@ -216,8 +110,13 @@ def _fit(
             used[g.index] = used.get(g.index, 0.0) + need.gib
         line = MemoryLine(role, _devs([g.index for g in group]), round(need.gib, 2), round(have, 2))
         verdict = "fits" if line.fits else "does NOT fit"
-        why = f"{role} on {line.device} needs {line.need_gib:.1f} GiB ({need.parts}) of {have:.1f}"
-        checks.append((line, f"{why}: {verdict}."))
+        head = f"{role} on {line.device} needs {line.need_gib:.1f} GiB"
+        if need.launch:  # the trainer: its launch, then one term per line
+            terms = "".join(f"\n  {term}" for term in need.parts.splitlines())
+            why = f"{head} of {have:.1f} ({need.launch}): {verdict}.{terms}"
+        else:
+            why = f"{head} ({need.parts}) of {have:.1f}: {verdict}."
+        checks.append((line, why))
     return checks
 
 
@@ -362,13 +261,20 @@ def _first_fit(
     if first[0].index == _CPU:
         ram = first[0].memory_gib + CPU_RESERVE_GIB
         where = f"{ram:.1f} GiB RAM ({CPU_RESERVE_GIB:.0f} kept for the system)"
-        way_out = "(the embedded SmolLM2-135M runs anywhere) or a GPU"
+        way_out = ["a smaller model (the embedded SmolLM2-135M runs anywhere) or a GPU"]
     else:
-        where, way_out = f"the GPUs ({first[0].memory_gib:.1f} GiB each)", "or more GPUs"
-    why = " ".join(dict.fromkeys(w for ws in tried.values() for w in ws))
+        where, way_out = f"the GPUs ({first[0].memory_gib:.1f} GiB each)", ["a smaller model"]
+        # FSDP shards full fine-tuning over more GPUs; DDP keeps a full copy on each
+        way_out.append("more GPUs" if "full" in layouts else "GPUs with more memory")
+        if "full" in layouts or "qlora" not in layouts:
+            way_out.append("train.mode = " + ("lora or qlora" if "full" in layouts else "qlora"))
+    if True not in gcs:
+        way_out.append("train.gradient_checkpointing = auto")
+    way_out.append(f"a lower train.token_budget (activations grow with its {tokens} tokens)")
+    why = "\n".join(dict.fromkeys(w for ws in tried.values() for w in ws))
     raise PlanError(
-        f"{model.name} ({model.params_b:.2f}B) does not fit {where} for {'/'.join(layouts)}: "
-        f"{why} Use a smaller model {way_out}."
+        f"{model.name} ({model.params_b:.2f}B) does not fit {where} for {'/'.join(layouts)}. "
+        f"Use {', '.join(way_out[:-1])}, or {way_out[-1]}.\n{why}"
     )
 
 
@@ -401,20 +307,21 @@ def _mode_reason(mode: TrainMode, asked: str, tried: Mapping[str, list[str]], gp
         return "Training: LoRA (train.mode = auto; full only when asked; QLoRA needs CUDA)."
     if mode == "lora":
         return "Training: LoRA on a bf16 base (train.mode = auto; QLoRA only when it does not fit)."
-    lora = " ".join(w for w in tried["lora"] if "NOT" in w)
+    lora = "\n".join(w for w in tried["lora"] if "NOT" in w)
     return f"Training: QLoRA (4-bit base): no layout fits bf16 LoRA, e.g. {lora}"
 
 
-def _placement_reasons(p: Plan, gpus: Sequence[GPU], cpu_count: int, dtype: int) -> list[str]:
-    if not gpus:
-        return [f"Trainer on the CPU ({cpu_count} cores), {8 * dtype}-bit weights."]
+def _placement_reasons(p: Plan, gpus: Sequence[GPU], cpu_count: int) -> list[str]:
+    if not gpus:  # load_model's dtype auto: float32 on the CPU, whatever serving uses
+        return [f"Trainer on the CPU ({cpu_count} cores), fp32 weights."]
     if len(gpus) == 1:
         return [f"1 GPU ({gpus[0].name}): serving and trainer colocated on cuda:{gpus[0].index}."]
     shared = "the serving engine" if p.judge_shares_serving else f"no GPU ({p.judge_backend})"
     judge = _devs(p.judge_devices) if p.judge_devices else shared
     reasons = [
         f"Split: trainer {_devs(p.train_devices)}, serving {_devs(p.serve_devices)} (tensor "
-        f"parallel {len(p.serve_devices)}), judge on {judge}; disjoint cards."
+        f"parallel {len(p.serve_devices)}), judge on {judge}; disjoint cards.",
+        _launch_reason(p),
     ]
     used = set(p.train_devices + p.serve_devices + p.judge_devices)
     if idle := [g.index for g in gpus if g.index not in used]:
@@ -427,6 +334,21 @@ def _placement_reasons(p: Plan, gpus: Sequence[GPU], cpu_count: int, dtype: int)
     if p.backend == "sglang" and p.sglang_mem_fraction is None:
         reasons.append("SGLang has its cards to itself: its default --mem-fraction-static.")
     return reasons
+
+
+def _launch_reason(p: Plan) -> str:
+    n = len(p.train_devices)
+    if p.train_sharding == "fsdp":
+        return (
+            f"Trainer launch: FSDP over {n} GPUs: each holds 1/{n} of the weights, grads and "
+            "AdamW and gathers whole only the embeddings and head and one layer at a time."
+        )
+    if p.train_sharding == "ddp":
+        return (
+            f"Trainer launch: DDP over {n} GPUs: each holds a full copy of the model and the "
+            "adapter's optimizer state, and they average the adapter's gradients."
+        )
+    return "Trainer launch: one GPU, no DDP or FSDP."
 
 
 def plan(inv: Inventory, model: ModelInfo, settings: Settings) -> Plan:
@@ -472,6 +394,7 @@ def plan(inv: Inventory, model: ModelInfo, settings: Settings) -> Plan:
     without = _fit(model, mode, layout, dtype, tokens, False)
     reasons.append(_checkpointing_reason(gc, gc_asked, without))
     serve, judges, train = (tuple(g.index for g in grp if g.index != _CPU) for grp in layout)
+    sharding = train_sharding(mode, len(layout[2]))
     batch = 16 if gpus else 4
     lr, lr_why = default_lr(mode, bool(gpus))
     result = Plan(
@@ -489,13 +412,14 @@ def plan(inv: Inventory, model: ModelInfo, settings: Settings) -> Plan:
         reasons=(),
         default_lr=lr,
         gradient_checkpointing=gc,
+        train_sharding=sharding,
     )
     merge, merge_line, merge_why = merged_lora_serving(
         backend, mode, [line for line, _ in checks], model.params_b * 1e9 * dtype / GIB, dtype
     )
     if merge and merge_line is not None:  # the copies are memory the plan must count
         result = replace(result, merge_lora=True, memory=(*result.memory, merge_line))
-    reasons += _placement_reasons(result, gpus, inv.cpu_count, dtype)
+    reasons += _placement_reasons(result, gpus, inv.cpu_count)
     if not gpus and model.params_b >= SMALL_POLICY_B:
         reasons.append(f"A {model.params_b:.1f}B model on a CPU is slow: minutes per step.")
     reasons += [why for _, why in checks]
@@ -566,7 +490,7 @@ def format_plan(plan: Plan) -> str:
     judge: str = plan.judge_backend
     if plan.judge_devices or plan.judge_shares_serving:
         judge += f" on {_devs(plan.judge_devices)}" if plan.judge_devices else " (shares serving)"
-    fraction = plan.sglang_mem_fraction
+    fraction, n_train = plan.sglang_mem_fraction, len(plan.train_devices)
     lines = [
         f"Backend:  {plan.backend}"
         + (f" (--mem-fraction-static {fraction:g})" if fraction else ""),
@@ -574,6 +498,7 @@ def format_plan(plan: Plan) -> str:
         f"Judge:    {judge}",
         f"Trainer:  {plan.train_mode} on {_devs(plan.train_devices)}"
         + (" (colocated with serving)" if plan.colocated else "")
+        + (f" ({launch_name(plan.train_sharding, n_train)})" if n_train > 1 else "")
         + f", gradient checkpointing {'on' if plan.gradient_checkpointing else 'off'}",
         f"Batch:    {effective_batch_size(plan)} samples per step "
         f"({'train.batch_size' if plan.batch_size is not None else 'default'}), "
@@ -585,6 +510,6 @@ def format_plan(plan: Plan) -> str:
             for m in plan.memory
         ),
         "Why:",
-        *(f"  - {r}" for r in plan.reasons),
+        *(f"  - {r}".replace("\n", "\n    ") for r in plan.reasons),
     ]
     return "\n".join(lines)

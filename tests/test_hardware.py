@@ -1,6 +1,7 @@
 """Hardware plan: fake inventories, expectations derived from the memory model by hand.
 
-Memory model (clawrl_app.hardware), in GiB (2**30 bytes), for `ModelInfo.estimate`:
+Memory model (clawrl_app.memory_model), in GiB (2**30 bytes), for `ModelInfo.estimate`; the
+trainer holds bf16 on a GPU (fp32 on the CPU) and AdamW's m and v in the same dtype:
 
                       0.1B    4B      8B      32B
   bf16 weights W      0.19    7.45    14.90   59.60     params x 2 B
@@ -12,6 +13,12 @@ Memory model (clawrl_app.hardware), in GiB (2**30 bytes), for `ModelInfo.estimat
     not checkpointed  5.3     28.8    46.5    125.1
   QLoRA trainer       -       7.7     10.6    25.3      0.55 B/param + 2% W + activations + 2
     not checkpointed  -       23.4    35.7    81.9
+  full, one GPU       0.75    29.80   59.60   238.4     weights+grads+AdamW: params x 8 B (bf16)
+  FSDP gathered       -       -       5.34    7.57      (embeddings+head + one layer) x 2 B x 2
+
+With 2 LoRA/QLoRA trainer GPUs (DDP) each holds the single-GPU figure plus DDP's buckets, a
+second copy of the adapter's fp32 grads (a quarter of the 2%: 8B 0.07, 32B 0.30); full
+fine-tuning over n GPUs is FSDP: weights+grads+AdamW / n + the gathered units.
 
 The plan checkpoints only where a layout does not fit without (train.gradient_checkpointing
 = auto); the grid's modes and layouts are the same either way, since a layout that fits with
@@ -30,7 +37,7 @@ from itertools import combinations
 
 import pytest
 
-from clawrl_app import hardware
+from clawrl_app import gpu_inventory
 from clawrl_app.config import Settings, load_settings
 from clawrl_app.hardware import (
     GPU,
@@ -126,6 +133,7 @@ def test_plan_grid(n: int, gb: int, size: str, expected: tuple[str, int, int, in
     mode, n_train, n_serve, n_judge = expected
     got = (p.train_mode, len(p.train_devices), len(p.serve_devices), len(p.judge_devices))
     assert got == expected
+    assert p.train_sharding == ("ddp" if n_train > 1 else "none")  # LoRA/QLoRA: never FSDP
     assert p.backend == ("sglang" if n else "torch")
     assert p.colocated == (n == 1)
     assert p.default_batch_size == (16 if n else 4)
@@ -167,9 +175,11 @@ def test_multi_gpu_roles_are_disjoint_and_real() -> None:
 
 
 def test_upstream_layouts() -> None:
-    # 8 GPUs full: 4 trainer / 2 serving / 2 judge; 8B full = 16 B x 8e9 / 4 = 29.8 + 4.2 + 2.
+    # 8 GPUs full: 4 trainer (FSDP) / 2 serving / 2 judge; 8B full per trainer GPU =
+    # 8 B x 8e9 / 4 = 14.9 + gathered 5.3 + activations 29.3 (not checkpointed) + 2 = 51.6.
     p = plan(fake_inventory(8), model("8B"), settings(CLAWRL_TRAIN__MODE="full"))
     assert (p.train_devices, p.serve_devices, p.judge_devices) == ((0, 1, 2, 3), (4, 5), (6, 7))
+    assert p.train_sharding == "fsdp" and not p.gradient_checkpointing
     # 3 GPUs: 1/1/1.
     p = plan(fake_inventory(3, 48), model("4B"), settings())
     assert (p.train_devices, p.serve_devices, p.judge_devices) == ((0,), (1,), (2,))
@@ -179,34 +189,46 @@ def test_upstream_layouts() -> None:
     assert any("cuda:4,5,6,7 stay idle" in r for r in p.reasons)
 
 
-def test_full_32b_on_8x80_shards_over_seven_cards() -> None:
-    # 16 B x 32e9 = 476.8 GiB: over 4 cards 119 > 80, over 6 cards 79.5 + 5.8 + 2 > 79.65,
-    # over 7 cards 68.1 + 5.8 + 2 = 75.9 fits, so serving keeps 1 card and the judge shares it.
+def test_full_fine_tuning_takes_more_cards_only_where_four_do_not_fit() -> None:
+    # 32B: 8 B x 32e9 = 238.4 GiB; FSDP over 4: 59.6 + gathered 7.6 + activations 62.3 + 2
+    # = 131.5 > 79.65 without checkpointing, 59.6 + 7.6 + 5.8 + 2 = 74.9 with: upstream 4/2/2.
     p = plan(fake_inventory(8), model("32B"), settings(CLAWRL_TRAIN__MODE="full"))
-    assert (len(p.train_devices), len(p.serve_devices), p.judge_shares_serving) == (7, 1, True)
+    assert (len(p.train_devices), len(p.serve_devices), len(p.judge_devices)) == (4, 2, 2)
+    assert p.train_sharding == "fsdp" and p.gradient_checkpointing
+    assert p.memory[-1].need_gib == pytest.approx(74.93, abs=0.02)
+    # 36B (72 layers): over 4, 67.1 + 7.6 + 6.1 + 2 = 82.7 > 79.65 even checkpointed; the
+    # next layout, 6 trainer / 2 serving with the judge sharing them, fits: 44.7 + 7.6 + 6.1 + 2.
+    p = plan(
+        fake_inventory(8), ModelInfo.estimate("36B", 36.0), settings(CLAWRL_TRAIN__MODE="full")
+    )
+    assert (len(p.train_devices), len(p.serve_devices), p.judge_shares_serving) == (6, 2, True)
+    assert p.train_sharding == "fsdp" and p.gradient_checkpointing
 
 
 def test_full_on_one_gpu_only_when_it_fits() -> None:
-    # 0.1B: 16 B x 0.1e9 = 1.5 + 0.95 + 2 beside 2.7 of serving: fits.
+    # 0.1B: 8 B x 0.1e9 = 0.75 + 0.95 + 2 beside 2.7 of serving: fits, on one device.
     p = plan(fake_inventory(1, 24), model("0.1B"), settings(CLAWRL_TRAIN__MODE="full"))
-    assert p.train_mode == "full" and p.colocated
-    # 4B: 16 B x 4e9 = 59.6 GiB alone > 24 - 13.9; no silent fallback to LoRA.
+    assert p.train_mode == "full" and p.colocated and p.train_sharding == "none"
+    # 4B: 8 B x 4e9 = 29.8 GiB alone > 24 - 13.9; no silent fallback to LoRA.
     with pytest.raises(PlanError, match="full"):
         plan(fake_inventory(1, 24), model("4B"), settings(CLAWRL_TRAIN__MODE="full"))
 
 
 def test_tight_colocated_fit_still_gets_a_mem_fraction() -> None:
-    # Full 4B on 1x80: serving 13.95 + trainer 59.6 + 3.5 + 2 = 65.1 leaves 0.6 GiB spare,
-    # less than 1% of the card: the fraction must be chosen finer than 0.01.
-    p = plan(fake_inventory(1), model("4B"), settings(CLAWRL_TRAIN__MODE="full"))
+    # Full 7.2B (32 layers) on 1x80: serving 13.41 + KV 4.0 + 2 = 19.41, trainer 8 B x 7.2e9
+    # = 53.64 + 4.07 (checkpointed) + 2 = 59.71, together 79.12: 0.53 GiB spare, less than 1%
+    # of the card: the fraction must be chosen finer than 0.01.
+    info = ModelInfo.estimate("7.2B", 7.2)
+    p = plan(fake_inventory(1), info, settings(CLAWRL_TRAIN__MODE="full"))
+    assert p.memory[0].need_gib + p.memory[1].need_gib == pytest.approx(79.12, abs=0.02)
     assert p.sglang_mem_fraction is not None
-    assert p.sglang_mem_fraction * 79.65 >= 11.95
+    assert p.sglang_mem_fraction * 79.65 >= 17.41
     assert (1 - p.sglang_mem_fraction) * 79.65 - 2.0 >= p.memory[1].need_gib
 
 
 def test_explicit_lora_does_not_fall_back_to_qlora() -> None:
     # auto picks QLoRA for 4B on 1x24 GB (LoRA 13.9 + 13.1 = 27.0 > 23.99); lora asked = refuse.
-    with pytest.raises(PlanError, match=r"for lora: .*does NOT fit"):
+    with pytest.raises(PlanError, match=r"(?s)for lora\. .*does NOT fit"):
         plan(fake_inventory(1, 24), model("4B"), settings(CLAWRL_TRAIN__MODE="lora"))
     p = plan(fake_inventory(1, 24), model("4B"), settings(CLAWRL_TRAIN__MODE="qlora"))
     assert p.train_mode == "qlora" and "as set in train.mode" in " ".join(p.reasons)
@@ -435,8 +457,8 @@ def test_inventory_uses_nvidia_smi_and_cuda_visible_devices(
         assert "--query-gpu=index,name,memory.total" in cmd and kwargs.get("timeout")
         return subprocess.CompletedProcess(cmd, 0, "0, A, 24564\n1, B, 81559\n", "")
 
-    monkeypatch.setattr(hardware.shutil, "which", lambda _: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(hardware.subprocess, "run", fake_run)
+    monkeypatch.setattr(gpu_inventory.shutil, "which", lambda _: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(gpu_inventory.subprocess, "run", fake_run)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     inv = inventory()
     assert inv.gpus == (GPU(1, "B", 79.65),)
@@ -447,9 +469,9 @@ def test_inventory_without_nvidia_smi_has_no_gpus(monkeypatch: pytest.MonkeyPatc
     def timeout(cmd: list[str], **kwargs: object) -> None:
         raise subprocess.TimeoutExpired(cmd, 10)
 
-    monkeypatch.setattr(hardware.shutil, "which", lambda _: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(hardware.subprocess, "run", timeout)
-    monkeypatch.setattr(hardware, "_torch_gpus", lambda _: ())  # importing torch is slow
+    monkeypatch.setattr(gpu_inventory.shutil, "which", lambda _: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(gpu_inventory.subprocess, "run", timeout)
+    monkeypatch.setattr(gpu_inventory, "_torch_gpus", lambda _: ())  # importing torch is slow
     assert inventory().gpus == ()
 
 
@@ -457,6 +479,9 @@ def test_format_plan_mentions_devices_and_numbers() -> None:
     text = format_plan(plan(fake_inventory(8), model("8B"), settings(CLAWRL_TRAIN__MODE="full")))
     for needle in ("cuda:0,1,2,3", "cuda:4,5", "cuda:6,7", "full", "Memory", "Why:"):
         assert needle in text
+    assert "Trainer:  full on cuda:0,1,2,3 (FSDP over 4 GPUs), gradient checkpointing off" in text
+    # the trainer's terms, one per line, indented under their reason
+    assert "(FSDP over 4 GPUs, bf16): fits.\n       14.9 weights+grads+AdamW" in text
     text = format_plan(plan(fake_inventory(1), model("8B"), settings()))
     assert "cuda:0" in text and "colocated" in text and "--mem-fraction-static 0." in text
     text = format_plan(plan(fake_inventory(0), model("0.1B"), settings()))
@@ -522,10 +547,15 @@ def test_trainer_need_follows_the_checkpointing_choice() -> None:
 
 
 def test_checkpointing_off_refuses_what_only_fits_with_it() -> None:
-    # 8B on 1x48: LoRA 67.9 and QLoRA 21.4 + 35.7 = 57.1 without checkpointing, both > 47.99.
+    # 8B on 1x48: LoRA 67.9 and QLoRA 21.4 + 35.7 = 57.1 without checkpointing, both > 47.99;
+    # the refusal says what to change, then the numbers, one term per line.
     env = {"CLAWRL_TRAIN__GRADIENT_CHECKPOINTING": "off"}
-    with pytest.raises(PlanError, match=r"not checkpointed.*does NOT fit"):
+    with pytest.raises(PlanError, match="train.gradient_checkpointing = auto") as err:
         plan(fake_inventory(1, 48), model("8B"), settings(**env))
+    assert "does NOT fit.\n   14.9 base weights (bf16, frozen)\n" in str(err.value)
+    assert "\n   29.3 activations of one 4096-token micro-batch (not checkpointed)" in str(
+        err.value
+    )
 
 
 def test_importing_hardware_does_not_import_torch() -> None:
@@ -535,9 +565,9 @@ def test_importing_hardware_does_not_import_torch() -> None:
 
 
 def test_torch_fallback_skipped_without_nvidia_driver(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hardware.os.path, "exists", lambda _: False)
-    monkeypatch.setattr(hardware.os, "name", "posix")
-    assert hardware._torch_gpus(None) == ()
+    monkeypatch.setattr(gpu_inventory.os.path, "exists", lambda _: False)
+    monkeypatch.setattr(gpu_inventory.os, "name", "posix")
+    assert gpu_inventory._torch_gpus(None) == ()
 
 
 @pytest.mark.gpu
