@@ -17,7 +17,7 @@ same token count (`memory_model.train_need`, no per-process overhead): on CUDA
 
 Run: `.venv/bin/python bench/train_step.py [--device cpu|cuda] [--model DIR] [--batch 4]
 [--prompt-len 192] [--response-len 64] [--steps 5] [--warmup 1] [--gradient-checkpointing]
-[--threads N]`
+[--threads N]`; with `--ranks N`: 1 vs N trainer ranks on one global batch (`bench/train_ranks.py`)
 """
 
 from __future__ import annotations
@@ -317,7 +317,21 @@ def main() -> None:
         help="torch threads per side (OMP_NUM_THREADS); 1 on a shared CPU: its time is then "
         "compute, not waiting for a descheduled sibling thread",
     )
+    ap.add_argument(
+        "--ranks",
+        type=int,
+        default=0,
+        help="compare 1 and N trainer ranks (gloo) on the same global batch (bench/train_ranks.py)",
+    )
     a = ap.parse_args()
+    if a.ranks > 1:
+        from bench.train_ranks import compare_ranks, format_rows
+
+        path = a.model or resolve_model(None, app_paths(os.environ.get("CLAWRL_TEST_CACHE"))).path
+        rows = compare_ranks(path, a.ranks, a.batch, a.prompt_len, a.response_len, a.steps)
+        print(f"model {path}")
+        print(format_rows(rows, a.batch))
+        return
     if a.threads:
         os.environ["OMP_NUM_THREADS"] = str(a.threads)  # read by torch in the spawned sides
     path = a.model or resolve_model(None, app_paths(os.environ.get("CLAWRL_TEST_CACHE"))).path

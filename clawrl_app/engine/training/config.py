@@ -57,6 +57,10 @@ class TrainerConfig:
     or names another engine; None = no owner check (a trainer run by hand or a test)."""
     owner_token: str | None = None
     """The token of the engine start that launched this trainer."""
+    sharding: str = "auto"
+    """How several ranks hold the model: ddp (a copy each), fsdp (full fine-tuning sharded),
+    none (one process); auto picks by mode and rank count (`sharding.choose_sharding`). The
+    plan's `train_sharding` is written here."""
     lock_file: str | None = None
     """Held by the trainer process while it lives: a new trainer waits for an old one."""
 

@@ -40,6 +40,21 @@ def choose_sharding(mode: str, world: int) -> Sharding:
     return "fsdp" if mode == "full" else "ddp"
 
 
+def resolve_sharding(asked: str, mode: str, world: int) -> Sharding:
+    """The layout to run: `choose_sharding` for "auto", else the one asked (the plan's),
+    refused with what to do when it cannot hold this mode on `world` ranks. FSDP with one
+    rank is allowed (it runs the sharded save and resume paths on a single GPU)."""
+    if asked == "auto":
+        return choose_sharding(mode, world)
+    if asked not in SHARDINGS:
+        raise SystemExit(f"train sharding {asked!r}: use auto, none, ddp or fsdp")
+    if asked == "fsdp" and mode != "full":
+        raise SystemExit("FSDP shards full fine-tuning only; LoRA and QLoRA train with ddp")
+    if asked == "none" and world > 1:
+        raise SystemExit(f"sharding none with {world} ranks; use ddp or fsdp (or auto)")
+    return asked  # type: ignore[return-value]
+
+
 def make_accelerator(sharding: Sharding, cpu: bool) -> Accelerator:
     """The Accelerator for `sharding`: it starts the process group (gloo on the CPU, NCCL on
     GPUs) and picks this rank's device. No FSDP plugin even for "fsdp": `prepare_model`

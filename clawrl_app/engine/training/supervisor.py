@@ -265,6 +265,7 @@ def trainer_config(
         approved_only=settings.review.mode == "manual",
         device="cuda" if plan.train_devices else "cpu",
         gradient_checkpointing=plan.gradient_checkpointing,
+        sharding=plan.train_sharding,
         custom_loss_path=t.custom_loss_path,
         serving_flag_file=str(serving_flag.path) if serving_flag else None,
         yield_max_s=t.yield_to_serving_s if serving_flag else 0.0,

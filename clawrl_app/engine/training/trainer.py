@@ -45,6 +45,11 @@ from clawrl_app.engine.training.losses import (
     batch_baseline,
     ema_baseline_update,
 )
+from clawrl_app.engine.training.model_setup import (
+    LORA_TARGETS,
+    enable_checkpointing,
+    load_4bit,
+)
 from clawrl_app.engine.training.pause_points import install_pause_points
 from clawrl_app.engine.training.policy_forward import response_logprobs
 from clawrl_app.engine.training.ranks import (
@@ -54,50 +59,22 @@ from clawrl_app.engine.training.ranks import (
     rank_share,
     sum_over_ranks,
 )
+from clawrl_app.engine.training.sharding import (
+    clip_grad_norm,
+    full_state_dict,
+    load_optimizer_state,
+    make_accelerator,
+    optimizer_state_for_save,
+    prepare_model,
+    resolve_sharding,
+    save_full_model,
+    unwrapped,
+)
 from clawrl_app.engine.training.train_data import Skip, TrainItem, build_item, micro_batches
 
 log = logging.getLogger("clawrl.trainer")
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 CANARY_PROMPTS = ["What is the capital of France?", "Write one sentence about the sea."]
 CANARY_RESPONSE = "Paris is the capital of France, and the sea is calm."
-
-
-# Non-reentrant checkpointing: works with inputs that need no grad and with hooks (pause points).
-CHECKPOINT_KWARGS = {"use_reentrant": False}
-
-
-def enable_checkpointing(model: Any, *, adapter: bool) -> None:
-    """Gradient checkpointing on a HF model (before peft wraps it). For an adapter the frozen
-    embeddings' output is made to require grad, as peft documents for checkpointing (needed
-    by the reentrant variant; a no-op for correctness with ours, at a negligible cost)."""
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x's name
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=CHECKPOINT_KWARGS)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=CHECKPOINT_KWARGS)
-    if adapter:
-        model.enable_input_require_grads()
-
-
-def load_4bit(path: Path, device: str = "cuda", checkpointing: bool = False) -> tuple[Any, Any]:
-    """QLoRA: the base model in 4-bit NF4 (bitsandbytes), ready for LoRA training, with
-    gradient checkpointing only when the plan chose it (peft's default is always on). The
-    serving side serves exactly these weights, dequantized (engine/backends/pytorch/nf4_base.py)."""
-    from peft import prepare_model_for_kbit_training
-    from transformers import AutoTokenizer
-
-    from clawrl_app.engine.backends.pytorch.nf4_base import load_nf4
-
-    on_gpu = device.startswith("cuda")
-    model = load_nf4(
-        path, "cuda:0" if device == "cuda" else device, torch.bfloat16 if on_gpu else torch.float32
-    )
-    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    prepared = prepare_model_for_kbit_training(
-        model,
-        use_gradient_checkpointing=checkpointing,
-        gradient_checkpointing_kwargs=CHECKPOINT_KWARGS,
-    )
-    return prepared, tokenizer
 
 
 class EngineGone(Exception):
@@ -108,8 +85,6 @@ class Trainer:
     """Owns the model, the optimizer and the step counter of one training run."""
 
     def __init__(self, cfg: TrainerConfig) -> None:
-        from accelerate import Accelerator
-
         from clawrl_app.models import ResolvedModel, load_model
 
         if cfg.mode == "qlora" and not torch.cuda.is_available():
@@ -125,7 +100,8 @@ class Trainer:
         # trainer may still finish a step); the other ranks wait for it in the first
         # broadcast below, never on the lock (two ranks on one lock wait for each other).
         self._lock_fd = hold_trainer_lock(Path(cfg.lock_file)) if cfg.lock_file and main else None
-        self.accelerator = Accelerator(cpu=cfg.device == "cpu")
+        self.sharding = resolve_sharding(cfg.sharding, cfg.mode, self.ranks.world)
+        self.accelerator = make_accelerator(self.sharding, cpu=cfg.device == "cpu")
         self.store: Store | None = Store(Path(cfg.store_path)) if main else None
         self.root = Path(cfg.checkpoints_dir)
         if self.store is not None:
@@ -156,16 +132,20 @@ class Trainer:
                 enable_checkpointing(base, adapter=cfg.mode != "full")
         model = self._wrap(base, parent_dir)
         model.train()
-        params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(
-            params, lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay
-        )
+
+        def adamw(params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+            return torch.optim.AdamW(
+                params, lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay
+            )
+
+        # DDP (or FSDP's own sync) copies rank 0's weights to every rank here
+        self.model, self.optimizer = prepare_model(self.accelerator, self.sharding, model, adamw)
+        self.device = self.accelerator.device
+        log.info("rank %d of %d on %s, sharding %s", self.ranks.rank, self.ranks.world,
+                 self.device, self.sharding)  # fmt: skip
         self.parent: str | None = None
-        self.optimizer = optimizer
         if parent_dir is not None:
             self._load_state(parent_dir)
-        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
-        self.device = self.accelerator.device
         self.loss_cfg = LossConfig(
             tis_cap=cfg.tis_cap,
             w_rl=cfg.w_rl,
@@ -264,18 +244,19 @@ class Trainer:
         return get_peft_model(base, cfg)
 
     def _load_state(self, path: Path) -> None:
-        """Step, baseline and optimizer state of the checkpoint: read by rank 0, broadcast."""
+        """Step, baseline and optimizer state of the checkpoint: read by rank 0 and sent to
+        the others (the optimizer's cut into each rank's shards under FSDP)."""
         state: dict[str, Any] | None = None
+        opt: dict[str, Any] | None = None
         if self.ranks.main:
             state = json.loads((path / STATE).read_text())
             opt = torch.load(path / "optimizer.pt", weights_only=False, map_location="cpu")
             rng = torch.load(path / "rng.pt", weights_only=False)
             torch.set_rng_state(rng["torch"])
-            state = {**state, "optimizer": opt}
         state = broadcast(state, self.ranks)
         assert state is not None
         self.step, self.baseline, self.parent = state["step"], state["baseline"], state["version"]
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.model, self.optimizer, opt)
         log.info("resumed from %s (step %d)", path.name, self.step)
 
     # -- data --------------------------------------------------------------------------
@@ -392,9 +373,9 @@ class Trainer:
                 self.accelerator.backward(result.loss * loss_scale(len(mb), len(items), world))
             parts.append((len(mb) / len(items), result.loss.detach(), result.stats))
         params = [p for p in self.model.parameters() if p.requires_grad]
-        grad_norm = self.accelerator.clip_grad_norm_(params, self.cfg.grad_clip)
+        grad_norm = clip_grad_norm(params, self.cfg.grad_clip)
         self.optimizer.step()
-        return parts, torch.as_tensor(grad_norm, device=self.device)
+        return parts, grad_norm
 
     def base_logprobs(self, items: list[TrainItem]) -> torch.Tensor:
         """Log-probs of the items' responses under the base model (the adapter turned off),
@@ -424,13 +405,23 @@ class Trainer:
         """Write the checkpoint, then register it and mark its samples in one transaction
         (rank 0; every rank takes part in the canary's forward passes and gets the version)."""
         canary = self.canary()
-        version = self._write_and_register(items, metrics, canary) if self.ranks.main else ""
+        # gathered to rank 0 from every rank's shards under FSDP (collectives)
+        weights = full_state_dict(self.model) if self.cfg.mode == "full" else None
+        optimizer = optimizer_state_for_save(self.model, self.optimizer)
+        version = ""
+        if self.ranks.main:
+            version = self._write_and_register(items, metrics, canary, weights, optimizer)
         version = broadcast(version, self.ranks)
         self.parent = version
         return version
 
     def _write_and_register(
-        self, items: list[TrainItem], metrics: dict[str, float], canary: list[dict[str, Any]]
+        self,
+        items: list[TrainItem],
+        metrics: dict[str, float],
+        canary: list[dict[str, Any]],
+        weights: dict[str, Any] | None,
+        optimizer: dict[str, Any] | None,
     ) -> str:
         store = self._main_store()
         version = next_version([c.version for c in store.list_checkpoints()])
@@ -454,9 +445,11 @@ class Trainer:
         }
 
         def save_weights(d: Path) -> None:
-            self.accelerator.unwrap_model(self.model).save_pretrained(str(d))
-            if self.cfg.mode == "full":  # a full checkpoint is a complete model folder
+            if weights is not None:  # a full checkpoint is a complete model folder
+                save_full_model(self.model, weights, str(d))
                 self.tokenizer.save_pretrained(str(d))
+            else:  # the adapter
+                unwrapped(self.model).save_pretrained(str(d))  # type: ignore[operator]
             (d / STATE).write_text(json.dumps(state, indent=1))
 
         path = write_checkpoint(
@@ -465,7 +458,7 @@ class Trainer:
             self.cfg.mode,
             save_weights,
             {
-                "optimizer.pt": self.optimizer.state_dict(),
+                "optimizer.pt": optimizer,
                 "rng.pt": {"torch": torch.get_rng_state()},
             },
             manifest,

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,18 @@ def test_several_trainer_gpus_launch_ranks_in_one_process_group(tmp_path: Path) 
     assert launch_command(tmp_path / "c.json", (), ranks=2)[4] == "2"
 
 
+def test_the_plans_sharding_is_checked_against_the_mode_and_ranks() -> None:
+    from clawrl_app.engine.training.sharding import resolve_sharding
+
+    assert [resolve_sharding("auto", m, w) for m, w in [("lora", 1), ("lora", 2), ("full", 2)]] == [
+        "none", "ddp", "fsdp",
+    ]  # fmt: skip
+    assert resolve_sharding("fsdp", "full", 1) == "fsdp"  # one GPU runs FSDP's save/resume
+    for asked, mode, world in [("fsdp", "lora", 2), ("none", "full", 2), ("zero3", "full", 2)]:
+        with pytest.raises(SystemExit):
+            resolve_sharding(asked, mode, world)
+
+
 # -- real ranks ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny(embedded_model: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -118,6 +131,11 @@ def test_two_ranks_take_the_same_step_as_one_process_on_the_global_batch(
         torch.testing.assert_close(two["weights"][name], one["weights"][name], rtol=0, atol=1e-6)
 
 
+def _finished(sup: TrainerSupervisor) -> bool:
+    """The trainer ran to max_steps and exited 0 (the state starts idle too)."""
+    return sup.state == "idle" and sup.last_checkpoint is not None
+
+
 async def _run_supervised(sup: TrainerSupervisor, done: Any, timeout: float) -> None:
     await sup.start()
     deadline = time.monotonic() + timeout
@@ -142,8 +160,7 @@ def test_supervised_two_rank_trainer_registers_each_step_once(tiny: Path, tmp_pa
     run = tmp_path / "run"
     run.mkdir()
     sup = TrainerSupervisor(_config(tmp_path, tiny, batch_size=2, max_steps=2), run, ranks=2)
-    finished = lambda: sup.state == "idle" and sup.last_checkpoint is not None  # noqa: E731
-    asyncio.run(_run_supervised(sup, finished, timeout=240))
+    asyncio.run(_run_supervised(sup, lambda: _finished(sup), timeout=240))
     assert sup.state == "stopped" and sup.failures == 0, (run / "trainer.log").read_text()[-3000:]
     with Store(tmp_path / "store.sqlite3") as store:
         ckpts = store.list_checkpoints()
@@ -214,3 +231,33 @@ def test_a_rank_killed_mid_run_takes_the_trainer_down_and_nothing_is_trained_twi
     registered = {Path(c.path).name for c in ckpts}
     assert {p.name for p in (tmp_path / "checkpoints").iterdir()} <= registered | {".tmp"}
     assert all(not p.is_running() for p in seen["ranks"])
+
+
+@pytest.mark.slow
+def test_full_fine_tuning_on_two_ranks_is_sharded_saved_whole_and_resumed(
+    tiny: Path, tmp_path: Path
+) -> None:
+    """mode = full on 2 ranks: FSDP; the checkpoint is one whole model folder (rank 0's
+    gathered weights, loadable as is) with a name-keyed optimizer state; a second run
+    resumes from it and registers the next step on top."""
+    from transformers import AutoModelForCausalLM
+
+    ids = judged_store(tmp_path / "store.sqlite3", 4)
+    for steps in (1, 2):
+        run = tmp_path / f"run{steps}"
+        run.mkdir()
+        cfg = _config(tmp_path, tiny, batch_size=2, max_steps=steps, mode="full")
+        sup = TrainerSupervisor(replace(cfg, resume_from="latest"), run, ranks=2)
+        asyncio.run(_run_supervised(sup, lambda s=sup: _finished(s), timeout=240))
+        assert sup.failures == 0, (run / "trainer.log").read_text()[-3000:]
+        assert "sharding fsdp" in (run / "trainer.log").read_text()
+    with Store(tmp_path / "store.sqlite3") as store:
+        v1, v2 = sorted(store.list_checkpoints(), key=lambda c: c.step)
+        assert (v1.step, v2.step, v2.parent) == (1, 2, v1.version)
+        assert sorted(v1.samples + v2.samples) == sorted(ids)
+    model = AutoModelForCausalLM.from_pretrained(v2.path, local_files_only=True)
+    base = AutoModelForCausalLM.from_pretrained(str(tiny), local_files_only=True)
+    moved = [n for n, p in model.state_dict().items() if not torch.equal(p, base.state_dict()[n])]
+    assert moved, "the saved full model equals the base: no step reached it"
+    opt = torch.load(Path(v2.path) / "optimizer.pt", weights_only=False)
+    assert opt["state"] and all(isinstance(k, str) for k in opt["state"])  # names, not positions
