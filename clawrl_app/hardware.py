@@ -69,6 +69,9 @@ class Plan:
     gradient_checkpointing: bool = False
     """Whether the trainer recomputes layers in backward (see `checkpointing_choices`)."""
     train_sharding: TrainSharding = "none"
+    token_budget: int | None = None
+    """The trainer's micro-batch in tokens when the plan had to lower train.token_budget to
+    fit (`lowered_budgets`); None: train.token_budget as set."""
     """How the trainer is launched on `train_devices` (`memory_model.train_sharding`): one
     device, DDP (LoRA/QLoRA: a full copy per GPU) or FSDP (full: weights, grads and AdamW
     sharded); the memory lines are computed for this launch."""
@@ -236,6 +239,44 @@ def checkpointing_choices(asked: str) -> tuple[bool, ...]:
     return choices[asked]
 
 
+MIN_TOKEN_BUDGET = 1024
+"""The smallest micro-batch (tokens) the plan lowers train.token_budget to; a sample longer
+than the budget is still trained, alone in its micro-batch."""
+
+
+def lowered_budgets(tokens: int) -> list[int]:
+    """The asked micro-batch, then halves of it down to MIN_TOKEN_BUDGET: the plan's last
+    resort before refusing (activations shrink with it; the global batch does not)."""
+    out = [tokens]
+    while out[-1] // 2 >= MIN_TOKEN_BUDGET:
+        out.append(out[-1] // 2)
+    return out
+
+
+def _fit_lowering(
+    model: ModelInfo,
+    layouts: Mapping[TrainMode, list[_Layout]],
+    dtype: int,
+    tokens: int,
+    gcs: Sequence[bool],
+) -> tuple[TrainMode, _Layout, bool, list[_Check], dict[str, list[str]], int]:
+    """`_first_fit` mode by mode, each at the asked micro-batch and then at each lower budget
+    (a smaller micro-batch costs a little speed; the next mode, QLoRA, costs precision);
+    the refusal of the asked budget, naming every mode, when nothing fits."""
+    tried: dict[str, list[str]] = {}
+    for mode, candidates in layouts.items():
+        for budget in lowered_budgets(tokens):
+            try:
+                found = _first_fit(model, {mode: candidates}, dtype, budget, gcs)
+            except PlanError:
+                continue
+            return (*found[:4], tried, budget)
+        # why it failed: its preferred layout at the asked budget, least memory-hungry choice
+        tried[mode] = [why for _, why in _fit(model, mode, candidates[0], dtype, tokens, gcs[-1])]
+    _first_fit(model, layouts, dtype, tokens, gcs)  # raises the refusal with the way out
+    raise AssertionError("a layout fits at the asked budget but was not found")
+
+
 def _first_fit(
     model: ModelInfo,
     layouts: Mapping[TrainMode, list[_Layout]],
@@ -377,7 +418,13 @@ def plan(inv: Inventory, model: ModelInfo, settings: Settings) -> Plan:
     layouts = {m: _layouts(gpus, m, judge, hw, inv.ram_gib) for m in modes}
     tokens, gc_asked = settings.train.token_budget, settings.train.gradient_checkpointing
     gcs = checkpointing_choices(gc_asked)
-    mode, layout, gc, checks, tried = _first_fit(model, layouts, dtype, tokens, gcs)
+    mode, layout, gc, checks, tried, tokens = _fit_lowering(model, layouts, dtype, tokens, gcs)
+    if tokens != settings.train.token_budget:
+        reasons.append(
+            f"Trainer micro-batch lowered to {tokens} tokens: nothing fits with "
+            f"train.token_budget = {settings.train.token_budget} (the global batch is the "
+            "same; it takes more micro-batches)."
+        )
     reasons.append(_mode_reason(mode, asked, tried, bool(gpus)))
     fraction = hw.sglang_mem_fraction if backend == "sglang" else None
     if len(gpus) == 1 and backend == "sglang":
@@ -413,6 +460,7 @@ def plan(inv: Inventory, model: ModelInfo, settings: Settings) -> Plan:
         default_lr=lr,
         gradient_checkpointing=gc,
         train_sharding=sharding,
+        token_budget=tokens if tokens != settings.train.token_budget else None,
     )
     merge, merge_line, merge_why = merged_lora_serving(
         backend, mode, [line for line, _ in checks], model.params_b * 1e9 * dtype / GIB, dtype

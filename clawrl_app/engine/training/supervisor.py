@@ -254,7 +254,7 @@ def trainer_config(
         lora_rank=t.lora_rank,
         lora_alpha=t.lora_alpha,
         weight_decay=0.1 if mode == "full" else 0.0,
-        token_budget=t.token_budget,
+        token_budget=plan.token_budget or t.token_budget,
         max_staleness=t.max_staleness,
         baseline=t.baseline,
         opd_center=t.opd_baseline == "batch_mean",
