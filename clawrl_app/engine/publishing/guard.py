@@ -29,7 +29,7 @@ import asyncio
 import logging
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from clawrl_app.degeneration import score as form_of
@@ -53,6 +53,7 @@ log = logging.getLogger("clawrl.guard")
 TIE = 1e-4  # nats per token: a smaller change is no preference either way
 EPS = 1e-9  # rates are k/n: a rise of exactly the allowed margin is allowed
 RECENT = 5  # verdicts kept for the status (the Dashboard's and the admin API's table)
+USER_FORM_MIN = 4  # fewest of the user's own prompts for their degeneration rate to decide
 
 
 def preference_agreement(deltas: Sequence[float], rewards: Sequence[float]) -> float:
@@ -121,6 +122,12 @@ class VersionScores:
     facts_any_form: float | None = None
     """The general score with degenerate answers counted as a fact checker alone sees them
     (None when the scores were reused from the store); shown for comparison, never decides."""
+    user_degeneration: float | None = None
+    """Share of its answers to the user's own newest prompts that are degenerate."""
+    base_user_degeneration: float | None = None
+    """The base model's share on the same prompts (what the former is held to)."""
+    user_n: int = 0
+    """How many of the user's prompts those shares are of."""
 
 
 @dataclass(frozen=True)
@@ -148,11 +155,17 @@ class GuardVerdict:
             else f"{c.personal_n}/{self.min_personal_items} held-out turns, not deciding"
         )
         base = "" if self.base_degeneration is None else f"base {self.base_degeneration:.2f}; "
+        mine = (
+            f"; on your prompts {_fig(c.user_degeneration)} vs base "
+            f"{_fig(c.base_user_degeneration)} ({c.user_n} prompts)"
+            if c.user_n
+            else ""
+        )
         return (
             f"{c.version} vs {s.version}: personal {_fig(c.personal)} vs {_fig(s.personal)} "
             f"({turns}), general {_fig(c.general)} vs {_fig(s.general)} "
             f"({c.general_n} questions), degeneration {_fig(c.degeneration)} vs "
-            f"{_fig(s.degeneration)} ({base}{c.degeneration_n} answers)"
+            f"{_fig(s.degeneration)} ({base}{c.degeneration_n} answers{mine})"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -173,6 +186,9 @@ class GuardVerdict:
             "served_general": s.general,
             "served_degeneration": s.degeneration,
             "base_degeneration": self.base_degeneration,
+            "user_degeneration": c.user_degeneration,
+            "base_user_degeneration": c.base_user_degeneration,
+            "user_prompts": c.user_n,
         }
 
 
@@ -192,7 +208,10 @@ def decide(
     drift away, and a lucky high score of the served version (40 questions move in steps of
     0.025) does not make every later version look like a regression. The degeneration rate
     is held to the base model's (`base_degeneration`; else the served version's) for the
-    same reason, whatever the fact score says: a looping answer still names its fact."""
+    same reason, whatever the fact score says: a looping answer still names its fact. On
+    the user's own newest prompts (at least USER_FORM_MIN) the candidate's degeneration
+    rate is held to the base model's on the same prompts, with the same margin: the shipped
+    open prompts do not ask what this user asks."""
     reasons = []
     general_ref = base_general if base_general is not None else served.general
     if (
@@ -226,6 +245,17 @@ def decide(
             f"degeneration {candidate.degeneration:.2f} vs {whose} {form_ref:.2f} "
             f"(max rise {settings.max_degeneration_rise:g}) on {candidate.degeneration_n} answers"
         )
+    mine, base_mine = candidate.user_degeneration, candidate.base_user_degeneration
+    if (
+        mine is not None
+        and base_mine is not None
+        and candidate.user_n >= USER_FORM_MIN
+        and mine - base_mine > settings.max_degeneration_rise + EPS
+    ):
+        reasons.append(
+            f"degeneration on your own prompts {mine:.2f} vs base {base_mine:.2f} "
+            f"(max rise {settings.max_degeneration_rise:g}) on {candidate.user_n} prompts"
+        )
     return GuardVerdict(
         candidate, served, not reasons, reasons, form_ref, settings.min_personal_items
     )
@@ -252,6 +282,7 @@ class RegressionGuard:
         prompts = open_prompts if open_prompts is not None else load_open_prompts()
         self.open = prompts[: settings.open_prompts]
         self._base_lps: dict[int, float] = {}  # turn id -> the base model's mean log-prob
+        self._base_form: dict[int, bool] = {}  # turn id -> the base degenerated on its prompt
         self._offered = 0
         self.checked = 0
         self.refused = 0
@@ -315,6 +346,30 @@ class RegressionGuard:
         facts, opens = await self.general_answers(version)
         return score_general(self.general, facts, opens)
 
+    async def user_form(self, version: str) -> tuple[float | None, float | None, int]:
+        """(`version`'s, the base model's) degeneration rates on the user's newest prompts
+        answered greedily at `open_max_tokens`, and how many prompts; (None, None, n) when
+        off or too few. The base's answers are kept per turn (they never change)."""
+        n = self.settings.user_form_items
+        room = self.backend.info().context_length - self.settings.open_max_tokens
+        prompts = await asyncio.to_thread(self.store.user_prompts, n, room) if n else []
+        if len(prompts) < USER_FORM_MIN:
+            return None, None, len(prompts)
+        mt = self.settings.open_max_tokens
+
+        async def base_form(tid: int, messages: list[Any]) -> bool:
+            if tid not in self._base_form:
+                text = await answer(self.backend, self.formatter, "base", messages, mt)
+                self._base_form[tid] = form_of(text).degenerate
+            return self._base_form[tid]
+
+        mine = await asyncio.gather(
+            *[answer(self.backend, self.formatter, version, m, mt) for _, m in prompts]
+        )
+        base = [await base_form(tid, m) for tid, m in prompts]
+        bad = [form_of(text).degenerate for text in mine]
+        return sum(bad) / len(bad), sum(base) / len(base), len(prompts)
+
     def _stored_general(self, version: str) -> tuple[float | None, float | None] | None:
         """The general score and degeneration rate stored for `version` before; None unless
         every one this guard computes is there."""
@@ -362,6 +417,8 @@ class RegressionGuard:
         if served != "base" and (self.general or self.open):
             base_general, base_degeneration = await self._base_general()
         after = await self.scores(candidate, step)
+        mine, base_mine, n = await self.user_form(candidate)
+        after = replace(after, user_degeneration=mine, base_user_degeneration=base_mine, user_n=n)
         verdict = decide(after, before, self.settings, base_general, base_degeneration)
         self.checked += 1
         self.refused += not verdict.passed

@@ -4,10 +4,15 @@ version got before (stored as metrics `guard/personal`, `guard/general` and
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from clawrl_app.engine.store.connection import StoreBase
 from clawrl_app.engine.store.rows import _INT32, _unpack
+from clawrl_app.engine.store.schema import ENV_SOURCE_PREFIX
+
+ENV_PREFIX = ENV_SOURCE_PREFIX + "%"
 
 PERSONAL = "guard/personal"
 """Metric name of a version's personal score (held-out preference agreement)."""
@@ -24,6 +29,13 @@ HELD_OUT_SQL = (
     "WHERE t.holdout = 1 AND t.redacted = 0 AND j.score != 0 "
     "AND ss.review_state != 'excluded' AND length(t.response_ids) > 0 "
     "ORDER BY t.id DESC LIMIT ?"
+)
+
+
+USER_PROMPTS_SQL = (
+    "SELECT t.id, t.request_json FROM turns t JOIN sessions ss ON ss.id = t.session_id "
+    "WHERE t.type = 'main' AND t.redacted = 0 AND t.prompt_tokens <= ? "
+    "AND ss.review_state != 'excluded' AND ss.source NOT LIKE ? ORDER BY t.id DESC LIMIT ?"
 )
 
 
@@ -46,6 +58,28 @@ class GuardMixin(StoreBase):
             HeldOutItem(int(tid), _unpack(_INT32, p), _unpack(_INT32, r), float(score))
             for tid, p, r, score in self._rows(HELD_OUT_SQL, (limit,))
         ]
+
+    def user_prompts(self, limit: int, max_prompt_tokens: int) -> list[tuple[int, list[Any]]]:
+        """The conversations (request messages) of the user's newest chat turns, newest
+        first, each conversation once, at most `limit`: plain text messages only (no tool
+        calls), prompts of at most `max_prompt_tokens`, no env or excluded sessions."""
+        out: list[tuple[int, list[Any]]] = []
+        seen: set[str] = set()
+        for tid, raw in self._rows(USER_PROMPTS_SQL, (max_prompt_tokens, ENV_PREFIX, limit * 4)):
+            messages = json.loads(raw).get("messages") or []
+            plain = all(
+                isinstance(m, dict)
+                and m.get("role") in ("system", "user", "assistant")
+                and isinstance(m.get("content"), str)
+                for m in messages
+            )
+            key = json.dumps(messages, sort_keys=True)
+            if messages and plain and key not in seen:
+                seen.add(key)
+                out.append((int(tid), messages))
+            if len(out) == limit:
+                break
+        return out
 
     def held_out_count(self) -> int:
         """How many turns are held out (judged or not)."""

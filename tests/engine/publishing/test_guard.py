@@ -3,7 +3,9 @@ and its store reads, on a real SQLite file."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,6 +101,53 @@ def test_degeneration_above_the_base_refuses_whatever_the_fact_score() -> None:
     # base unknown: held to the served version's rate
     v = decide(looping, served, s)
     assert not v.passed and "degeneration 0.42 vs v2 0.12" in v.reasons[0]
+
+
+def test_loops_on_the_users_own_prompts_refuse_what_the_open_prompts_pass() -> None:
+    """calm/plain's v3 (bench/results/learn-20261126-233610.json): no more loops than the
+    base on the shipped prompts, but 2 of 10 of the user's kind of prompt degenerate where
+    the base's did not: refused. Fewer than USER_FORM_MIN prompts never decide."""
+    from clawrl_app.engine.publishing.guard import USER_FORM_MIN
+
+    s = GuardSettings(min_personal_items=4, max_degeneration_rise=0.05)
+    served = VersionScores("v2", 0.5, 10, 0.6, 40, degeneration=0.12, degeneration_n=52)
+    fine = VersionScores("v3", 1.0, 10, 0.65, 40, degeneration=0.13, degeneration_n=52)
+    mine = dict(user_degeneration=0.2, base_user_degeneration=0.0, user_n=10)
+    v = decide(replace(fine, **mine), served, s, 0.6, 0.12)  # type: ignore[arg-type]
+    assert not v.passed and v.reasons == [
+        "degeneration on your own prompts 0.20 vs base 0.00 (max rise 0.05) on 10 prompts"
+    ]
+    assert "on your prompts 0.20 vs base 0.00 (10 prompts)" in v.summary()
+    assert v.as_dict()["user_degeneration"] == 0.2 and v.as_dict()["user_prompts"] == 10
+    assert decide(fine, served, s, 0.6, 0.12).passed  # the shipped prompts alone: passed
+    few = replace(fine, user_degeneration=1.0, base_user_degeneration=0.0, user_n=USER_FORM_MIN - 1)
+    assert decide(few, served, s, 0.6, 0.12).passed
+    same = replace(fine, user_degeneration=0.25, base_user_degeneration=0.2, user_n=20)
+    assert decide(same, served, s, 0.6, 0.12).passed  # a rise of 0.05: allowed
+
+
+def test_user_prompts_are_the_newest_plain_distinct_conversations(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.db") as store:
+        store.ensure_session("chat", "test")
+        store.ensure_session("env-1", "env:terminal")
+
+        def turn(sid: str, messages: list[dict[str, Any]], tokens: int = 10) -> int:
+            return store.record_turn(
+                NewTurn(sid, "main", {"messages": messages}, "a", [1] * tokens, [2], [0.0],
+                        "base", prompt_tokens=tokens)
+            ).id  # fmt: skip
+
+        hi = [{"role": "user", "content": "hi"}]
+        a = turn("chat", hi)
+        turn("chat", hi)  # the same conversation again: once
+        turn("chat", [{"role": "tool", "content": "x", "tool_call_id": "1"}])  # tool: skipped
+        turn("chat", [{"role": "user", "content": "long"}], tokens=5000)  # too long: skipped
+        turn("env-1", [{"role": "user", "content": "env"}])  # an env session: skipped
+        b = turn("chat", [{"role": "user", "content": "bye"}])
+        got = store.user_prompts(8, 4096)
+        assert [tid for tid, _ in got] == [b, a + 1]
+        assert got[0][1] == [{"role": "user", "content": "bye"}]
+        assert len(store.user_prompts(1, 4096)) == 1
 
 
 def test_facts_on_degenerate_answers_count_as_wrong() -> None:
