@@ -258,7 +258,7 @@ def _fig(value: Any) -> str:
 def guard_score_lines(status: dict[str, Any]) -> list[str]:
     """The regression guard's last checked versions, one line each: personal score (with
     "n/8, not deciding" under the minimum of held-out turns), general score, degeneration
-    rate against the base model's, verdict. Empty before the first check."""
+    rate (and on the user's own prompts, against the base's there), verdict. Empty before the first check."""
     guard = (status.get("publishing") or {}).get("guard") or {}
     recent = guard.get("recent") or []
     if not recent:
@@ -273,9 +273,16 @@ def guard_score_lines(status: dict[str, Any]) -> list[str]:
         n, need = v.get("personal_n", 0), guard.get("min_personal_items", 0)
         turns = f"{n}" if v.get("personal_decides", True) else f"{n}/{need}, not deciding"
         verdict = "passed" if v.get("passed") else "REFUSED"
+        mine = (
+            f" (your prompts {_fig(v.get('user_degeneration'))} vs base "
+            f"{_fig(v.get('base_user_degeneration'))})"
+            if v.get("user_prompts")
+            else ""
+        )
         lines.append(
             f"{v['candidate']:<9} personal {_fig(v.get('personal'))} ({turns}) · general "
-            f"{_fig(v.get('general'))} · degeneration {_fig(v.get('degeneration'))} · {verdict}"
+            f"{_fig(v.get('general'))} · degeneration {_fig(v.get('degeneration'))}{mine} · "
+            f"{verdict}"
         )
     return lines
 

@@ -267,4 +267,8 @@ def test_the_dashboard_shows_each_checked_versions_scores_and_degeneration() -> 
     assert lines[2] == (
         "v2        personal 0.55 (3/8, not deciding) · general 0.62 · degeneration 0.10 · passed"
     )
+    mine = {**verdict("v4", False, 9, True, 0.1), "user_degeneration": 0.25,
+            "base_user_degeneration": 0.0, "user_prompts": 8}  # fmt: skip
+    lines = guard_score_lines({"publishing": {"guard": {**guard, "recent": [mine]}}})
+    assert lines[1].endswith("degeneration 0.10 (your prompts 0.25 vs base 0.00) · REFUSED")
     assert guard_score_lines({}) == [] and guard_score_lines({"publishing": {"guard": {}}}) == []
