@@ -231,8 +231,7 @@ def rl_advantages(
     with torch.no_grad():
         r_B = _upcast(rewards_B.detach())  # (B,)
         signal_B = has_reward_B.bool() & (r_B != 0)  # (B,)
-        baseline = _BASELINES[baseline_kind](r_B, signal_B, ema_value)
-        return torch.where(signal_B, r_B - baseline, 0.0)  # (B,)
+        return advantages_from(r_B, signal_B, _BASELINES[baseline_kind](r_B, signal_B, ema_value))
 
 
 def batch_baseline(
@@ -255,9 +254,9 @@ def batch_baseline(
     return mean if kind == "batch_mean" or ema_value is None else ema_value
 
 
-def advantages_from(rewards_B: Tensor, has_reward_B: Tensor, baseline: float) -> Tensor:
+def advantages_from(rewards_B: Tensor, has_reward_B: Tensor, baseline: float | Tensor) -> Tensor:
     """r − `baseline` for samples with an RL signal (r != 0), exactly 0 for the others;
-    detached, (B,). `baseline` comes from `batch_baseline`."""
+    detached, (B,). `baseline` comes from `batch_baseline` (or `rl_advantages`)."""
     with torch.no_grad():
         r_B = _upcast(rewards_B.detach())  # (B,)
         signal_B = has_reward_B.bool() & (r_B != 0)  # (B,)

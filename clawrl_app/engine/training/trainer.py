@@ -503,24 +503,23 @@ class Trainer:
     def decide(self) -> tuple[str, list[TrainItem]]:
         """Rank 0: ("stop", []) once the engine is gone, ("wait", []) while training is
         not allowed or the batch is not full, else ("train", the global batch)."""
-        try:
-            self.check_owner()
-        except EngineGone:
+        if self._owner_gone():
             return "stop", []
         if not self.allowed():
             return "wait", []
         items = self.still_allowed(self.next_batch())
         return ("train", items) if len(items) >= self.cfg.batch_size else ("wait", [])
 
-    def engine_gone(self) -> bool:
-        """Rank 0 checks the owner; every rank gets the answer."""
-        if not self.ranks.main:
-            return bool(broadcast(False, self.ranks))
+    def _owner_gone(self) -> bool:
         try:
             self.check_owner()
         except EngineGone:
-            return bool(broadcast(True, self.ranks))
-        return bool(broadcast(False, self.ranks))
+            return True
+        return False
+
+    def engine_gone(self) -> bool:
+        """Rank 0 checks the owner; every rank gets the answer."""
+        return bool(broadcast(self.ranks.main and self._owner_gone(), self.ranks))
 
     def _loop(self) -> None:
         while not self.cfg.max_steps or self.step < self.cfg.max_steps:
