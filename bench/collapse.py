@@ -28,6 +28,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from learn_personas import ADVICE_HELD_OUT, ADVICE_PROMPTS, OPEN_PROMPTS  # noqa: E402
+from learn_personas import USERS as PERSONA_USERS  # noqa: E402
 
 from clawrl_app.degeneration import score as degeneration  # noqa: E402
 from clawrl_app.engine.chat.formatter import ChatFormatter, eos_token_ids  # noqa: E402
@@ -83,10 +85,24 @@ class User:
     prompts: list[str]
     held_out: list[str]
     max_tokens: int
+    wants: Callable[[str], bool] | None = None
+    """What the user wants when it is not a word limit (a `bench/learn.py` user's check)."""
 
     def complies(self, text: str, stopped: bool) -> bool:
-        words = text.split()
-        return stopped and 0 < len(words) <= self.limit and not degeneration(text).degenerate
+        if degeneration(text).degenerate:
+            return False
+        if self.wants is not None:
+            return self.wants(text)
+        return stopped and 0 < len(text.split()) <= self.limit
+
+
+def persona_user(name: str) -> User:
+    """A `bench/learn.py` user (`calm/plain`, `brevity/tips25`, ...) as a collapse user."""
+    p = PERSONA_USERS[name]
+    return User(
+        name, 0, p.correction, p.thanks, list(p.train_prompts), list(p.heldout_prompts),
+        p.max_tokens, p.complies,
+    )  # fmt: skip
 
 
 USERS = {
@@ -257,7 +273,9 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--users", default="u15")
+    ap.add_argument(
+        "--users", default="u15", help=f"{', '.join(USERS)} or a bench/learn.py user (calm/plain)"
+    )
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--eval-every", type=int, default=4)
     ap.add_argument("--lr", type=float, default=5e-4)
@@ -284,7 +302,8 @@ def main() -> int:
     args.extra = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
     torch.set_num_threads(int(os.environ.get("THREADS", "2")))
     model_path = resolve_model(None, app_paths(Path(os.environ.get("CLAWRL_HOME", "."))))
-    results = [run(USERS[u], args, model_path.path) for u in args.users.split(",")]
+    users = [USERS[u] if u in USERS else persona_user(u) for u in args.users.split(",")]
+    results = [run(u, args, model_path.path) for u in users]
     summary = {"args": {k: v for k, v in vars(args).items() if k != "out"}, "runs": results}
     if args.out:
         args.out.write_text(json.dumps(summary, indent=1, default=str))

@@ -175,6 +175,12 @@ class TrainSettings(_Section):
     kl_coef: float = Field(default=0.0, ge=0.0)
     """Weight of a KL anchor to the base model (k3 on the sampled tokens; the base is the
     adapter turned off, so LoRA and QLoRA only): keeps the policy near what it was."""
+    repeat_ngram: int = Field(default=4, ge=0)
+    """A token that completes a phrase of this many tokens said earlier in the same answer
+    is never pushed up, and is pushed down by `repeat_penalty`: feedback cannot reinforce a
+    loop (0 = off)."""
+    repeat_penalty: float = Field(default=0.5, ge=0.0)
+    """The advantage of such a repeating token: min(A, 0) - this."""
     mode: Literal["auto", "lora", "qlora", "full"] = "auto"
     """LoRA, 4-bit base + LoRA (CUDA only), or full fine-tuning; auto follows the plan."""
     batch_size: int | None = None

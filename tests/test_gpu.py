@@ -38,7 +38,8 @@ from clawrl_app.engine.backends.base import (  # noqa: E402
 from clawrl_app.engine.backends.pytorch.backend import TorchBackend  # noqa: E402
 from clawrl_app.engine.backends.pytorch.lora_merge import merged_copy  # noqa: E402
 from clawrl_app.engine.chat.formatter import ChatFormatter  # noqa: E402
-from clawrl_app.engine.training.losses import OBJECTIVES, LossConfig, rl_advantages  # noqa: E402
+from clawrl_app.engine.training.advantages import rl_advantages  # noqa: E402
+from clawrl_app.engine.training.losses import OBJECTIVES, LossConfig  # noqa: E402
 from clawrl_app.engine.training.policy_forward import response_logprobs  # noqa: E402
 from clawrl_app.engine.training.train_data import TrainItem  # noqa: E402
 from clawrl_app.engine.training.trainer import LORA_TARGETS  # noqa: E402

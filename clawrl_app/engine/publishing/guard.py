@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from clawrl_app.degeneration import score as form_of
 from clawrl_app.engine.publishing.compare import answer
-from clawrl_app.engine.store.guard import DEGENERATION, GENERAL, PERSONAL
+from clawrl_app.engine.store.guard import DEGENERATION, GENERAL, PERSONAL, UserPrompt
 from clawrl_app.general_eval import (
     GeneralItem,
     OpenPrompt,
@@ -348,25 +348,32 @@ class RegressionGuard:
 
     async def user_form(self, version: str) -> tuple[float | None, float | None, int]:
         """(`version`'s, the base model's) degeneration rates on the user's newest prompts
-        answered greedily at `open_max_tokens`, and how many prompts; (None, None, n) when
-        off or too few. The base's answers are kept per turn (they never change)."""
+        answered greedily, each at the answer budget the user's request set (at most
+        `open_max_tokens`: a loop shows by then; `open_max_tokens` when it set none), and
+        how many prompts; (None, None, n) when off or too few. A loop the user would see
+        within their budget counts; one only a longer answer reaches does not (the base
+        model itself loops on many prompts at 160 tokens, which would hide every change).
+        The base's answers are kept per turn (they never change)."""
         n = self.settings.user_form_items
-        room = self.backend.info().context_length - self.settings.open_max_tokens
+        cap = self.settings.open_max_tokens
+        room = self.backend.info().context_length - cap
         prompts = await asyncio.to_thread(self.store.user_prompts, n, room) if n else []
         if len(prompts) < USER_FORM_MIN:
             return None, None, len(prompts)
-        mt = self.settings.open_max_tokens
 
-        async def base_form(tid: int, messages: list[Any]) -> bool:
-            if tid not in self._base_form:
-                text = await answer(self.backend, self.formatter, "base", messages, mt)
-                self._base_form[tid] = form_of(text).degenerate
-            return self._base_form[tid]
+        def budget(p: UserPrompt) -> int:
+            return min(p.max_tokens or cap, cap)
+
+        async def base_form(p: UserPrompt) -> bool:
+            if p.turn_id not in self._base_form:
+                text = await answer(self.backend, self.formatter, "base", p.messages, budget(p))
+                self._base_form[p.turn_id] = form_of(text).degenerate
+            return self._base_form[p.turn_id]
 
         mine = await asyncio.gather(
-            *[answer(self.backend, self.formatter, version, m, mt) for _, m in prompts]
+            *[answer(self.backend, self.formatter, version, p.messages, budget(p)) for p in prompts]
         )
-        base = [await base_form(tid, m) for tid, m in prompts]
+        base = [await base_form(p) for p in prompts]
         bad = [form_of(text).degenerate for text in mine]
         return sum(bad) / len(bad), sum(base) / len(base), len(prompts)
 

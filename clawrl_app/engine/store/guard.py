@@ -40,6 +40,25 @@ USER_PROMPTS_SQL = (
 
 
 @dataclass(frozen=True)
+class UserPrompt:
+    """One of the user's conversations as it was asked: the turn, its messages and the
+    answer budget the request set (None when it set none)."""
+
+    turn_id: int
+    messages: list[Any]
+    max_tokens: int | None
+
+
+def _budget(request: dict[str, Any]) -> int | None:
+    """The request's max_completion_tokens or max_tokens, when a positive integer."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = request.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+@dataclass(frozen=True)
 class HeldOutItem:
     """One held-out turn: its prompt and sampled answer (token ids) and the reward it got."""
 
@@ -59,14 +78,16 @@ class GuardMixin(StoreBase):
             for tid, p, r, score in self._rows(HELD_OUT_SQL, (limit,))
         ]
 
-    def user_prompts(self, limit: int, max_prompt_tokens: int) -> list[tuple[int, list[Any]]]:
+    def user_prompts(self, limit: int, max_prompt_tokens: int) -> list[UserPrompt]:
         """The conversations (request messages) of the user's newest chat turns, newest
         first, each conversation once, at most `limit`: plain text messages only (no tool
-        calls), prompts of at most `max_prompt_tokens`, no env or excluded sessions."""
-        out: list[tuple[int, list[Any]]] = []
+        calls), prompts of at most `max_prompt_tokens`, no env or excluded sessions; each
+        with the answer budget its request asked for."""
+        out: list[UserPrompt] = []
         seen: set[str] = set()
         for tid, raw in self._rows(USER_PROMPTS_SQL, (max_prompt_tokens, ENV_PREFIX, limit * 4)):
-            messages = json.loads(raw).get("messages") or []
+            request = json.loads(raw)
+            messages = request.get("messages") or []
             plain = all(
                 isinstance(m, dict)
                 and m.get("role") in ("system", "user", "assistant")
@@ -76,7 +97,7 @@ class GuardMixin(StoreBase):
             key = json.dumps(messages, sort_keys=True)
             if messages and plain and key not in seen:
                 seen.add(key)
-                out.append((int(tid), messages))
+                out.append(UserPrompt(int(tid), messages, _budget(request)))
             if len(out) == limit:
                 break
         return out

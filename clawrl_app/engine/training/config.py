@@ -35,6 +35,11 @@ class TrainerConfig:
     kl_coef: float = 0.0
     """Weight of the k3 KL to the base model (adapter off) on the sampled tokens; LoRA and
     QLoRA only (full fine-tuning keeps no base copy)."""
+    repeat_ngram: int = 0
+    """> 0: tokens repeating an earlier phrase of this many tokens in their answer are never
+    pushed up (repeats.py); 0 = off."""
+    repeat_penalty: float = 0.0
+    """... and get the advantage min(A, 0) - this."""
     tis_cap: float = 0.0
     """> 0: truncated importance sampling against the served log-probs (losses.tis_weights)."""
     approved_only: bool = False

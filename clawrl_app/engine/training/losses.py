@@ -19,7 +19,7 @@ on a GPU each read waits for the queued kernels, so counts stay tensors and stat
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Literal
 
@@ -27,9 +27,9 @@ import torch
 from torch import Tensor
 
 from clawrl_app.engine.training.lazy_stats import LazyStats
+from clawrl_app.engine.training.repeats import discourage
 
 Method = Literal["rl", "opd", "combine", "topk-opd", "combine-topk"]
-BaselineKind = Literal["ema", "batch_mean", "none"]
 
 _PG_STATS = ("pg_loss", "clip_frac", "ratio_mean", "adv_mean", "adv_std", "tis_weight")
 STAT_KEYS = (*_PG_STATS, "kl", "entropy", "tokens", "samples")
@@ -70,6 +70,8 @@ class LossBatch:
     """Teacher log-probs over its own top-K token ids (top-k OPD only)."""
     topk_student_logprobs_BTK: Tensor | None = None
     """Student log-probs over the same K token ids (top-k OPD only; requires grad)."""
+    repeat_BT: Tensor | None = None
+    """1 where a token repeats a phrase said earlier in its answer (`repeats.repeat_flags`)."""
 
     def __post_init__(self) -> None:
         """Reject misaligned tensors early: a silent broadcast would train on wrong tokens."""
@@ -115,10 +117,13 @@ class LossConfig:
     """> 0: the serving engine computes log-probs differently from the trainer (llama.cpp
     kernels): correct with truncated importance sampling, weights min(π_θ/π_behaviour, cap)
     on a ratio taken from the trainer's own log-probs (`policy_gradient`). 0 = off."""
+    repeat_penalty: float = 0.0
+    """Advantage of a repeating token (`batch.repeat_BT`): min(A, 0) - this (repeats.py)."""
 
     def __post_init__(self) -> None:
         """Reject settings that would make the clip range or the penalties meaningless."""
-        nonneg = ("eps_low", "eps_high", "opd_eps", "kl_coef", "entropy_coef", "tis_cap")
+        nonneg = ("eps_low", "eps_high", "opd_eps", "kl_coef", "entropy_coef", "tis_cap",
+                  "repeat_penalty")  # fmt: skip
         for name in (*nonneg, "w_rl", "w_opd"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -142,7 +147,7 @@ class LossResult:
 
 
 Objective = Callable[[LossBatch, LossConfig, Tensor], LossResult]
-"""Uniform objective signature: `objective(batch, cfg, adv_B)`; `adv_B` from `rl_advantages`."""
+"""Uniform objective signature: `objective(batch, cfg, adv_B)`; `adv_B` from `advantages.advantages_from`."""
 
 
 # --- small tensor helpers -------------------------------------------------------------------
@@ -179,88 +184,6 @@ def _sample_mean(values_BT: Tensor, valid_BT: Tensor) -> tuple[Tensor, Tensor]:
     per_sample_B = sums_B / tokens_B.clamp(min=1)  # (B,); 0 for an all-masked sample
     samples = (tokens_B > 0).sum()  # ()
     return per_sample_B.sum() / samples.clamp(min=1), samples  # ()
-
-
-# --- advantages (no autograd) ---------------------------------------------------------------
-def ema_baseline_update(
-    baseline: float | None, rewards: Sequence[float], decay: float = 0.9
-) -> float:
-    """Exponential moving mean of batch-mean rewards: decay·old + (1 − decay)·mean(rewards).
-
-    The first call (`baseline=None`) returns the batch mean. An empty batch leaves the
-    baseline unchanged; with no baseline yet that is an error (there is nothing to return).
-    Pass the rewards of samples that carry an RL signal.
-    """
-    if not 0.0 <= decay < 1.0:
-        raise ValueError(f"decay must be in [0, 1), got {decay}")
-    if len(rewards) == 0:
-        if baseline is None:
-            raise ValueError("no rewards and no baseline yet")
-        return baseline
-    batch_mean = math.fsum(rewards) / len(rewards)
-    return batch_mean if baseline is None else decay * baseline + (1.0 - decay) * batch_mean
-
-
-def _signal_mean(rewards_B: Tensor, signal_B: Tensor) -> Tensor:
-    """Mean reward over samples with an RL signal; 0 when there are none."""
-    return _token_mean(rewards_B, signal_B)  # (B,) -> ()
-
-
-_BASELINES: dict[str, Callable[[Tensor, Tensor, float | None], Tensor | float]] = {
-    "none": lambda r_B, s_B, ema: 0.0,
-    "batch_mean": lambda r_B, s_B, ema: _signal_mean(r_B, s_B),
-    # Before the first EMA update the best estimate is this batch's mean.
-    "ema": lambda r_B, s_B, ema: _signal_mean(r_B, s_B) if ema is None else ema,
-}
-
-
-def rl_advantages(
-    rewards_B: Tensor,
-    has_reward_B: Tensor,
-    baseline_kind: BaselineKind,
-    ema_value: float | None = None,
-) -> Tensor:
-    """r − baseline for samples with an RL signal, exactly 0 for the others (REFERENCE §4).
-
-    A sample has a signal when `has_reward_B` is set and r ≠ 0. `batch_mean` averages r over
-    those samples only; `ema` uses `ema_value` (this batch's mean while it is None); `none`
-    is upstream's A = r. Returns a detached tensor of shape (B,).
-    """
-    if baseline_kind not in _BASELINES:
-        raise ValueError(f"unknown baseline {baseline_kind!r}; known: {sorted(_BASELINES)}")
-    with torch.no_grad():
-        r_B = _upcast(rewards_B.detach())  # (B,)
-        signal_B = has_reward_B.bool() & (r_B != 0)  # (B,)
-        return advantages_from(r_B, signal_B, _BASELINES[baseline_kind](r_B, signal_B, ema_value))
-
-
-def batch_baseline(
-    kind: BaselineKind,
-    rewards: Sequence[float],
-    has_reward: Sequence[bool],
-    ema_value: float | None = None,
-) -> float:
-    """The reward baseline of a whole batch as one number, by `rl_advantages`'s rules
-    (`batch_mean`: the mean reward of the samples with a signal, r != 0; `ema`: `ema_value`,
-    this batch's mean while it is None; `none`: 0). The trainer takes it once over the
-    global batch before splitting it into micro-batches and ranks, so the advantages do
-    not depend on how memory or the number of GPUs splits the batch."""
-    if kind not in _BASELINES:
-        raise ValueError(f"unknown baseline {kind!r}; known: {sorted(_BASELINES)}")
-    if kind == "none":
-        return 0.0
-    signal = [r for r, h in zip(rewards, has_reward, strict=True) if h and r != 0]
-    mean = math.fsum(signal) / len(signal) if signal else 0.0
-    return mean if kind == "batch_mean" or ema_value is None else ema_value
-
-
-def advantages_from(rewards_B: Tensor, has_reward_B: Tensor, baseline: float | Tensor) -> Tensor:
-    """r − `baseline` for samples with an RL signal (r != 0), exactly 0 for the others;
-    detached, (B,). `baseline` comes from `batch_baseline` (or `rl_advantages`)."""
-    with torch.no_grad():
-        r_B = _upcast(rewards_B.detach())  # (B,)
-        signal_B = has_reward_B.bool() & (r_B != 0)  # (B,)
-        return torch.where(signal_B, r_B - baseline, 0.0)  # (B,)
 
 
 def opd_token_advantages(
@@ -357,14 +280,22 @@ def tis_weights(logprobs_BT: Tensor, behaviour_BT: Tensor, mask_BT: Tensor, cap:
 
 
 def policy_gradient(
-    batch: LossBatch, adv_BT: Tensor, valid_BT: Tensor, eps_low: float, eps_high: float, cap: float
+    batch: LossBatch,
+    adv_BT: Tensor,
+    valid_BT: Tensor,
+    eps_low: float,
+    eps_high: float,
+    cap: float,
+    repeat_penalty: float = 0.0,
 ) -> LossResult:
     """PPO-clip against the behaviour log-probs, or, with `cap` > 0, truncated importance
     sampling for a serving engine whose log-probs differ from the trainer's (decoupled PPO
     with the trainer's current log-probs as the proximal policy): per token
     −w·ρ·A with ρ = e^(logπ_θ − sg(logπ_θ)) (1, its gradient ∇logπ_θ) and
     w = min(π_θ/π_behaviour, cap), so a token the server over-sampled counts less and the
-    kernel gap never reads as a policy change. `tis_weight` reports the mean weight."""
+    kernel gap never reads as a policy change. `tis_weight` reports the mean weight. A token
+    that repeats its answer's phrase is never pushed up (`repeats.discourage`)."""
+    adv_BT = discourage(adv_BT, batch.repeat_BT, valid_BT, repeat_penalty)  # (B, T)
     if cap <= 0:
         return ppo_clip_loss(
             batch.logprobs_BT, batch.old_logprobs_BT, adv_BT, valid_BT, eps_low, eps_high
@@ -422,7 +353,9 @@ def _rl_core(batch: LossBatch, cfg: LossConfig, adv_B: Tensor) -> tuple[LossResu
     signal_B = _rl_signal_B(batch)  # (B,)
     valid_BT = _valid(batch.mask_BT) & signal_B[:, None]  # (B, T)
     adv_BT = torch.where(valid_BT, adv_B.detach()[:, None], 0.0)  # (B, T)
-    result = policy_gradient(batch, adv_BT, valid_BT, cfg.eps_low, cfg.eps_high, cfg.tis_cap)
+    result = policy_gradient(
+        batch, adv_BT, valid_BT, cfg.eps_low, cfg.eps_high, cfg.tis_cap, cfg.repeat_penalty
+    )
     return result, valid_BT
 
 
@@ -447,7 +380,9 @@ def opd_loss(batch: LossBatch, cfg: LossConfig) -> LossResult:
     teacher_B = batch.has_teacher_B.bool()  # (B,)
     valid_BT = _valid(batch.mask_BT) & teacher_B[:, None]  # (B, T)
     adv_BT = _teacher_advantages(batch, cfg, valid_BT)  # (B, T)
-    result = policy_gradient(batch, adv_BT, valid_BT, cfg.opd_eps, cfg.opd_eps, cfg.tis_cap)
+    result = policy_gradient(
+        batch, adv_BT, valid_BT, cfg.opd_eps, cfg.opd_eps, cfg.tis_cap, cfg.repeat_penalty
+    )
     return _with_regularizers(result, batch, cfg, valid_BT)
 
 
@@ -465,7 +400,9 @@ def combine_loss(batch: LossBatch, cfg: LossConfig, adv_B: Tensor) -> LossResult
     rl_valid_BT = valid_BT & signal_B[:, None]  # (B, T)
     rl_adv_BT = torch.where(rl_valid_BT, adv_B.detach()[:, None], 0.0)  # (B, T)
     adv_BT = cfg.w_opd * opd_adv_BT + cfg.w_rl * rl_adv_BT  # (B, T)
-    result = policy_gradient(batch, adv_BT, valid_BT, cfg.eps_low, cfg.eps_high, cfg.tis_cap)
+    result = policy_gradient(
+        batch, adv_BT, valid_BT, cfg.eps_low, cfg.eps_high, cfg.tis_cap, cfg.repeat_penalty
+    )
     return _with_regularizers(result, batch, cfg, valid_BT)
 
 

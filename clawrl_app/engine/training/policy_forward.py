@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from clawrl_app.engine.training.losses import LossBatch
+from clawrl_app.engine.training.repeats import repeat_flags
 from clawrl_app.engine.training.train_data import TrainItem
 
 PAD_ID = 0  # any valid id: padded positions are masked out of attention and of the loss
@@ -47,6 +48,7 @@ class ForwardOut:
     topk_student_BTK: torch.Tensor | None = None  # student log-probs over the teacher's top-k ids
     topk_teacher_BTK: torch.Tensor | None = None
     student_BT: torch.Tensor | None = None  # log pi_theta at T = 1 (detached) when T != 1
+    repeat_BT: torch.Tensor | None = None  # 1 on tokens repeating their answer's phrase
 
     def loss_batch(self) -> LossBatch:
         """These tensors as the objectives' input (losses.LossBatch)."""
@@ -62,6 +64,7 @@ class ForwardOut:
             topk_teacher_logprobs_BTK=self.topk_teacher_BTK,
             topk_student_logprobs_BTK=self.topk_student_BTK,
             student_logprobs_BT=self.student_BT,
+            repeat_BT=self.repeat_BT,
         )
 
 
@@ -71,10 +74,12 @@ def _left_pad(row: Sequence[Any], width: int, fill: Any) -> list[Any]:
 
 
 def response_logprobs(
-    model: Any, items: Sequence[TrainItem], device: torch.device | str
+    model: Any, items: Sequence[TrainItem], device: torch.device | str, repeat_ngram: int = 0
 ) -> ForwardOut:
     """One forward pass over prompt+response; log-softmax at each item's sampling temperature
-    (the behaviour convention of the serving backend), gathered at the response tokens."""
+    (the behaviour convention of the serving backend), gathered at the response tokens.
+    `repeat_ngram` > 0 also flags the tokens that repeat a phrase of that many tokens said
+    earlier in their answer (`repeats.repeat_flags`)."""
     dev = torch.device(device)
     f32 = torch.float32
     L = max(it.tokens for it in items)
@@ -149,4 +154,15 @@ def response_logprobs(
         topk_student_BTK=student_k,
         topk_teacher_BTK=teacher_k,
         student_BT=student_BT,
+        repeat_BT=_repeats(items, T, repeat_ngram, dev),
     )
+
+
+def _repeats(
+    items: Sequence[TrainItem], width: int, n: int, dev: torch.device
+) -> torch.Tensor | None:
+    """(B, T) 1.0 where a response token repeats an earlier phrase of n tokens; None if n <= 0."""
+    if n <= 0:
+        return None
+    rows = [_left_pad(repeat_flags(it.response_ids, n), width, False) for it in items]
+    return torch.tensor(rows, dtype=torch.float32, device=dev)  # (B, T)

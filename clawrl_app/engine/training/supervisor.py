@@ -261,6 +261,8 @@ def trainer_config(
         w_rl=t.w_rl,
         w_opd=t.w_opd,
         kl_coef=t.kl_coef,
+        repeat_ngram=t.repeat_ngram,
+        repeat_penalty=t.repeat_penalty,
         tis_cap=tis_cap(t.behaviour_correction, t.tis_cap, plan.backend),
         approved_only=settings.review.mode == "manual",
         device="cuda" if plan.train_devices else "cpu",

@@ -36,15 +36,14 @@ from clawrl_app.engine.core.checkpoints import (
 )
 from clawrl_app.engine.core.cpu_share import BusyFlag, PauseBudget, wait_while_busy
 from clawrl_app.engine.store import Store
-from clawrl_app.engine.training.config import TrainerConfig
-from clawrl_app.engine.training.lease import hold_trainer_lock, owner_alive
-from clawrl_app.engine.training.losses import (
-    OBJECTIVES,
-    LossConfig,
+from clawrl_app.engine.training.advantages import (
     advantages_from,
     batch_baseline,
     ema_baseline_update,
 )
+from clawrl_app.engine.training.config import TrainerConfig
+from clawrl_app.engine.training.lease import hold_trainer_lock, owner_alive
+from clawrl_app.engine.training.losses import OBJECTIVES, LossConfig
 from clawrl_app.engine.training.model_setup import (
     LORA_TARGETS,
     enable_checkpointing,
@@ -152,6 +151,7 @@ class Trainer:
             w_opd=cfg.w_opd,
             kl_coef=self._kl_coef(cfg),
             opd_center=cfg.opd_center,
+            repeat_penalty=cfg.repeat_penalty,
         )
         self.objective = self._objective()
         self.pause_budget = PauseBudget(cfg.yield_max_s)
@@ -364,7 +364,7 @@ class Trainer:
         for i, mb in enumerate(mbs):
             last = i == len(mbs) - 1
             with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
-                out = response_logprobs(self.model, mb, self.device)
+                out = response_logprobs(self.model, mb, self.device, self.cfg.repeat_ngram)
                 adv_B = advantages_from(out.rewards_B, out.has_reward_B, baseline)
                 batch = out.loss_batch()
                 if self.loss_cfg.kl_coef > 0:

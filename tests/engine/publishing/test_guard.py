@@ -131,10 +131,10 @@ def test_user_prompts_are_the_newest_plain_distinct_conversations(tmp_path: Path
         store.ensure_session("chat", "test")
         store.ensure_session("env-1", "env:terminal")
 
-        def turn(sid: str, messages: list[dict[str, Any]], tokens: int = 10) -> int:
+        def turn(sid: str, messages: list[dict[str, Any]], tokens: int = 10, **body: Any) -> int:
             return store.record_turn(
-                NewTurn(sid, "main", {"messages": messages}, "a", [1] * tokens, [2], [0.0],
-                        "base", prompt_tokens=tokens)
+                NewTurn(sid, "main", {"messages": messages, **body}, "a", [1] * tokens, [2],
+                        [0.0], "base", prompt_tokens=tokens)
             ).id  # fmt: skip
 
         hi = [{"role": "user", "content": "hi"}]
@@ -143,10 +143,13 @@ def test_user_prompts_are_the_newest_plain_distinct_conversations(tmp_path: Path
         turn("chat", [{"role": "tool", "content": "x", "tool_call_id": "1"}])  # tool: skipped
         turn("chat", [{"role": "user", "content": "long"}], tokens=5000)  # too long: skipped
         turn("env-1", [{"role": "user", "content": "env"}])  # an env session: skipped
-        b = turn("chat", [{"role": "user", "content": "bye"}])
+        c = turn("chat", [{"role": "user", "content": "so"}], max_completion_tokens=48)
+        b = turn("chat", [{"role": "user", "content": "bye"}], max_tokens=64)
         got = store.user_prompts(8, 4096)
-        assert [tid for tid, _ in got] == [b, a + 1]
-        assert got[0][1] == [{"role": "user", "content": "bye"}]
+        assert [p.turn_id for p in got] == [b, c, a + 1]
+        assert got[0].messages == [{"role": "user", "content": "bye"}]
+        # each with the budget its request set, or None
+        assert [p.max_tokens for p in got] == [64, 48, None]
         assert len(store.user_prompts(1, 4096)) == 1
 
 

@@ -151,3 +151,38 @@ def test_a_looping_adapter_that_a_fact_check_passes_is_refused_for_degeneration(
     status = guard.status()
     assert status["recent"][-1]["degeneration"] == 1.0 and not status["recent"][-1]["passed"]
     store.close()
+
+
+def test_the_users_prompts_are_answered_at_the_budget_their_requests_set(
+    loaded_model: tuple[Any, Any], looping_adapter: Path, tmp_path: Path
+) -> None:
+    """The looping adapter answers the capitals "Paris is Paris is ...". Two of them were
+    asked with max_tokens 4: the answer stops before a loop can show (no loop the user
+    would see); two with no budget, answered at `open_max_tokens` (64): they loop. So the
+    rate is exactly 2 of 4. Real model, real store, the guard's own `user_form`."""
+    from clawrl_app.engine.store import NewTurn
+
+    model, tok = loaded_model
+    fmt = ChatFormatter(tok)
+    settings = SETTINGS.model_copy(update={"user_form_items": 4})
+    with Store(tmp_path / "store.db") as store:
+        store.ensure_session("chat", "test")
+        for k, q in enumerate(QUESTIONS[:4]):
+            body: dict[str, Any] = {"messages": [{"role": "user", "content": q.question}]}
+            if k % 2 == 0:
+                body["max_tokens"] = 4
+            store.record_turn(NewTurn("chat", "main", body, "a", [1] * 8, [2], [0.0], "base"))
+
+        async def go() -> tuple[float | None, float | None, int]:
+            be = TorchBackend(copy.deepcopy(model), tok, model_name="m", context_length=2048)
+            await be.start()
+            try:
+                await be.load_adapter("v1", looping_adapter)
+                guard = RegressionGuard(store, be, fmt, settings, QUESTIONS, OPEN)
+                return await guard.user_form("v1")
+            finally:
+                await be.stop()
+
+        mine, base, n = asyncio.run(go())
+    assert n == 4 and mine == 0.5
+    assert base is not None and base <= 0.5

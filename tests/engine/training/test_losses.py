@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from clawrl_app.config import TrainSettings
+from clawrl_app.engine.training.advantages import ema_baseline_update, rl_advantages
 from clawrl_app.engine.training.losses import (
     OBJECTIVES,
     STAT_KEYS,
@@ -23,14 +24,12 @@ from clawrl_app.engine.training.losses import (
     LossResult,
     Method,
     combine_loss,
-    ema_baseline_update,
     kl_k3,
     needs_reward,
     needs_teacher,
     opd_loss,
     opd_token_advantages,
     ppo_clip_loss,
-    rl_advantages,
     rl_loss,
     tis_weights,
 )

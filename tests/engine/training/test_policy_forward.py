@@ -15,7 +15,8 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
-from clawrl_app.engine.training.losses import OBJECTIVES, LossConfig, rl_advantages
+from clawrl_app.engine.training.advantages import rl_advantages
+from clawrl_app.engine.training.losses import OBJECTIVES, LossConfig
 from clawrl_app.engine.training.policy_forward import ForwardOut, response_logprobs
 from clawrl_app.engine.training.train_data import TrainItem
 from clawrl_app.engine.training.trainer import LORA_TARGETS, enable_checkpointing

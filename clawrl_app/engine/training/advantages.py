@@ -1,0 +1,109 @@
+"""Reward advantages of binary RL (REFERENCE §4): A = r - baseline, per sample, no autograd.
+
+The baseline (`train.baseline`) is taken once over the whole batch (`batch_baseline`) before
+the trainer splits it into micro-batches and ranks, so the advantages do not depend on how
+memory or the number of GPUs splits the batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+BaselineKind = Literal["ema", "batch_mean", "none"]
+
+
+def _signal_mean_of(values_B: Tensor, signal_B: Tensor) -> Tensor:
+    """Mean of `values_B` over the flagged samples; 0 when none is."""
+    total = torch.where(signal_B, values_B, 0.0).sum()  # ()
+    return total / signal_B.sum().clamp(min=1)  # ()
+
+
+def _upcast(x: Tensor) -> Tensor:
+    """At least float32 (float64 stays float64)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def ema_baseline_update(
+    baseline: float | None, rewards: Sequence[float], decay: float = 0.9
+) -> float:
+    """Exponential moving mean of batch-mean rewards: decay·old + (1 − decay)·mean(rewards).
+
+    The first call (`baseline=None`) returns the batch mean. An empty batch leaves the
+    baseline unchanged; with no baseline yet that is an error (there is nothing to return).
+    Pass the rewards of samples that carry an RL signal.
+    """
+    if not 0.0 <= decay < 1.0:
+        raise ValueError(f"decay must be in [0, 1), got {decay}")
+    if len(rewards) == 0:
+        if baseline is None:
+            raise ValueError("no rewards and no baseline yet")
+        return baseline
+    batch_mean = math.fsum(rewards) / len(rewards)
+    return batch_mean if baseline is None else decay * baseline + (1.0 - decay) * batch_mean
+
+
+def _signal_mean(rewards_B: Tensor, signal_B: Tensor) -> Tensor:
+    """Mean reward over samples with an RL signal; 0 when there are none."""
+    return _signal_mean_of(rewards_B, signal_B)  # (B,) -> ()
+
+
+_BASELINES: dict[str, Callable[[Tensor, Tensor, float | None], Tensor | float]] = {
+    "none": lambda r_B, s_B, ema: 0.0,
+    "batch_mean": lambda r_B, s_B, ema: _signal_mean(r_B, s_B),
+    # Before the first EMA update the best estimate is this batch's mean.
+    "ema": lambda r_B, s_B, ema: _signal_mean(r_B, s_B) if ema is None else ema,
+}
+
+
+def rl_advantages(
+    rewards_B: Tensor,
+    has_reward_B: Tensor,
+    baseline_kind: BaselineKind,
+    ema_value: float | None = None,
+) -> Tensor:
+    """r − baseline for samples with an RL signal, exactly 0 for the others (REFERENCE §4).
+
+    A sample has a signal when `has_reward_B` is set and r ≠ 0. `batch_mean` averages r over
+    those samples only; `ema` uses `ema_value` (this batch's mean while it is None); `none`
+    is upstream's A = r. Returns a detached tensor of shape (B,).
+    """
+    if baseline_kind not in _BASELINES:
+        raise ValueError(f"unknown baseline {baseline_kind!r}; known: {sorted(_BASELINES)}")
+    with torch.no_grad():
+        r_B = _upcast(rewards_B.detach())  # (B,)
+        signal_B = has_reward_B.bool() & (r_B != 0)  # (B,)
+        return advantages_from(r_B, signal_B, _BASELINES[baseline_kind](r_B, signal_B, ema_value))
+
+
+def batch_baseline(
+    kind: BaselineKind,
+    rewards: Sequence[float],
+    has_reward: Sequence[bool],
+    ema_value: float | None = None,
+) -> float:
+    """The reward baseline of a whole batch as one number, by `rl_advantages`'s rules
+    (`batch_mean`: the mean reward of the samples with a signal, r != 0; `ema`: `ema_value`,
+    this batch's mean while it is None; `none`: 0). The trainer takes it once over the
+    global batch before splitting it into micro-batches and ranks, so the advantages do
+    not depend on how memory or the number of GPUs splits the batch."""
+    if kind not in _BASELINES:
+        raise ValueError(f"unknown baseline {kind!r}; known: {sorted(_BASELINES)}")
+    if kind == "none":
+        return 0.0
+    signal = [r for r, h in zip(rewards, has_reward, strict=True) if h and r != 0]
+    mean = math.fsum(signal) / len(signal) if signal else 0.0
+    return mean if kind == "batch_mean" or ema_value is None else ema_value
+
+
+def advantages_from(rewards_B: Tensor, has_reward_B: Tensor, baseline: float | Tensor) -> Tensor:
+    """r − `baseline` for samples with an RL signal (r != 0), exactly 0 for the others;
+    detached, (B,). `baseline` comes from `batch_baseline` (or `rl_advantages`)."""
+    with torch.no_grad():
+        r_B = _upcast(rewards_B.detach())  # (B,)
+        signal_B = has_reward_B.bool() & (r_B != 0)  # (B,)
+        return torch.where(signal_B, r_B - baseline, 0.0)  # (B,)
