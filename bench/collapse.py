@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +226,8 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
         baseline=args.baseline, resume_from="none", seed=args.seed, **args.extra,
     )  # fmt: skip
     trainer = Trainer(cfg)
+    if args.opd_clip is not None:
+        trainer.loss_cfg = replace(trainer.loss_cfg, opd_clip=args.opd_clip)
     model, fmt = trainer.model, ChatFormatter(trainer.tokenizer)
     rows: list[dict[str, Any]] = [{"round": 0, **evaluate(model, fmt, user)}]
     print(
@@ -244,7 +246,7 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
             ok = user.complies(text, stopped)
             old = logprobs_of(model, p, resp, args.temperature)
             teacher = None
-            if not ok:
+            if not ok and not (args.no_teacher_on_loops and degeneration(text).degenerate):
                 t_prompt = fmt.render(teacher_messages(m, user.correction))
                 with model.disable_adapter():
                     teacher = logprobs_of(model, t_prompt, resp, args.teacher_temperature)
@@ -297,6 +299,9 @@ def main() -> int:
     )
     ap.add_argument("--set", action="append", default=[],
                     help="extra TrainerConfig field, e.g. --set kl_coef=0.1")  # fmt: skip
+    ap.add_argument("--no-teacher-on-loops", action="store_true",
+                    help="a degenerate answer gets the reward only, no teacher")  # fmt: skip
+    ap.add_argument("--opd-clip", type=float, default=None, help="bound of the teacher gap")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     args.extra = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
