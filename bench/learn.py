@@ -154,6 +154,42 @@ def open_form(url: str, workers: int) -> dict[str, Any]:
     }
 
 
+def every_version(
+    client: httpx.Client, url: str, store: Any, persona: Persona, max_tokens: int
+) -> list[dict[str, Any]]:
+    """Every checkpoint the run made, the guard's refused ones included, answering the
+    held-out prompts greedily (`POST /admin/compare` loads each one that is not loaded, two
+    at a time): whether the guard refused what loops and passed what does not."""
+    base = url.removesuffix("/v1")
+    versions = [
+        c for c in store.list_checkpoints() if c.status in ("ready", "published", "refused")
+    ]
+    prompts = [[{"role": "user", "content": q}] for q in persona.heldout_prompts]
+    out = []
+    for k in range(0, len(versions), 2):
+        a, b = versions[k], versions[k + 1] if k + 1 < len(versions) else None
+        body = {"a": a.version, "b": b.version if b else "base", "prompts": prompts,
+                "max_tokens": max_tokens}  # fmt: skip
+        r = client.post(f"{base}/admin/compare", json=body, timeout=1800)
+        if r.status_code != 200:
+            out.append({"version": a.version, "status": a.status, "error": r.text[:300]})
+            continue
+        for side, c in (("a", a), ("b", b)):
+            if c is None:
+                continue
+            texts = [item[side] for item in r.json()["items"]]
+            forms = [degeneration(t) for t in texts]
+            n = len(texts)
+            out.append({
+                "version": c.version, "status": c.status,
+                "compliance": sum(persona.complies(t) and not f.degenerate
+                                  for t, f in zip(texts, forms, strict=True)) / n,
+                "degenerate": sum(f.degenerate for f in forms) / n,
+                "looping": sum(f.max_phrase_repeats >= 3 for f in forms) / n,
+            })  # fmt: skip
+    return out
+
+
 def general(url: str, items: list[GeneralItem], workers: int) -> dict[str, Any]:
     """The general score: every item of the general set, greedy, scored by code."""
     t0 = time.time()
@@ -398,6 +434,9 @@ def run_persona(
                 )
             gen_after = general(et.url, items, args.eval_workers)
             print(f"{tag} general after: {gen_after['score']:.2f}", flush=True)
+            versions = every_version(client, et.url, store, persona, mt)
+            for v in versions:
+                print(f"{tag} {v['version']} ({v['status']}): {v}", flush=True)
         watcher.stop()
         for p in probes:
             p.in_step = steps.share(p.t0, p.t1)
@@ -437,6 +476,7 @@ def run_persona(
             "sample_states": _sample_states(store, "learn-"),
             "guard": [e.payload for e in reversed(store.latest_events("GuardChecked", 1000))],
             "version_general": {m.version: m.value for m in store.metrics(GENERAL)},
+            "versions": versions,
             "version_personal": {m.version: m.value for m in store.metrics(PERSONAL)},
         }
     finally:

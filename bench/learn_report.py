@@ -235,6 +235,45 @@ def guard_lines(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+LOOP_MARGIN = 0.05
+"""A version loops when its held-out degeneration exceeds the base's by more than this (the
+issue's goal, and the guard's default margin)."""
+
+
+def version_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """Every version the run made (the refused ones too) on the held-out prompts, and how the
+    guard's verdicts match: looping versions refused, harmless ones passed."""
+    lines = [
+        "| persona | version | status | compliant | degenerate | looping | loops (> base + 0.05) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    tally = {"loop": 0, "loop_refused": 0, "fine": 0, "fine_passed": 0}
+    for r in runs:
+        base = r["evals"][0]["degenerate"]
+        for v in r.get("versions", []):
+            if "error" in v:
+                lines.append(f"| {r['persona']} | {v['version']} | {v['status']} | "
+                             f"not measured: {v['error'][:80]} | | | |")  # fmt: skip
+                continue
+            loops = v["degenerate"] > base + LOOP_MARGIN + 1e-9
+            refused = v["status"] == "refused"
+            key = "loop" if loops else "fine"
+            tally[key] += 1
+            tally[key + ("_refused" if loops else "_passed")] += refused == loops
+            lines.append(
+                f"| {r['persona']} | {v['version']} | {v['status']} | {v['compliance']:.2f} | "
+                f"{v['degenerate']:.2f} | {v['looping']:.2f} | {'yes' if loops else 'no'} |"
+            )
+    if len(lines) == 2:
+        return ["No version was measured on the held-out prompts."]
+    return [
+        *lines,
+        "",
+        f"Guard against the bench: {tally['loop_refused']} of {tally['loop']} looping versions "
+        f"refused; {tally['fine_passed']} of {tally['fine']} others passed.",
+    ]
+
+
 def report(
     runs: list[dict[str, Any]], args: argparse.Namespace, cmd: str, date: str, model: str
 ) -> str:
@@ -283,6 +322,11 @@ def report(
         "set at the guard's settings):",
         "",
         *guard_lines(runs),
+        "",
+        "Every version on the held-out prompts (through `POST /admin/compare`, which also loads "
+        "the refused ones):",
+        "",
+        *version_lines(runs),
         "",
     ]
     return "\n".join(lines)

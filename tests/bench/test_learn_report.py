@@ -8,7 +8,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from learn_report import goals  # noqa: E402
+from learn_report import goals, version_lines  # noqa: E402
 
 
 def _run(name: str, compliance: list[float], before: float, after: float) -> dict[str, Any]:
@@ -93,3 +93,31 @@ def test_the_learning_table_shows_the_teachers_compliance_and_na_for_older_resul
     assert lines[4].startswith("| calm | n/a | 0.80 | 0.90 |")
     assert lines[5].startswith("| **mean** | 0.65 | 0.27 | 0.70 |")
     assert all(ln.count("|") == lines[1].count("|") for ln in lines)
+
+
+def test_version_lines_count_looping_versions_refused_and_harmless_ones_passed() -> None:
+    run = {
+        "persona": "calm/plain",
+        "evals": [{"degenerate": 0.10}],
+        "versions": [
+            {"version": "v1", "status": "published", "compliance": 0.8, "degenerate": 0.10,
+             "looping": 0.1},  # base + 0: harmless, passed
+            {"version": "v2", "status": "refused", "compliance": 0.5, "degenerate": 0.30,
+             "looping": 0.4},  # loops, refused
+            {"version": "v3", "status": "published", "compliance": 0.7, "degenerate": 0.20,
+             "looping": 0.2},  # loops (0.20 > 0.15), passed: a miss
+            {"version": "v4", "status": "refused", "compliance": 0.8, "degenerate": 0.15,
+             "looping": 0.1},  # base + 0.05 is no loop: a harmless one refused
+            {"version": "v5", "status": "ready", "error": "HTTP 400"},
+        ],
+    }  # fmt: skip
+    lines = version_lines([run])
+    assert "| calm/plain | v2 | refused | 0.50 | 0.30 | 0.40 | yes |" in lines
+    assert "| calm/plain | v4 | refused | 0.80 | 0.15 | 0.10 | no |" in lines
+    assert any(line.startswith("| calm/plain | v5 | ready | not measured") for line in lines)
+    assert lines[-1] == (
+        "Guard against the bench: 1 of 2 looping versions refused; 1 of 2 others passed."
+    )
+    assert version_lines([{"persona": "x", "evals": [{"degenerate": 0.0}]}]) == [
+        "No version was measured on the held-out prompts."
+    ]

@@ -33,6 +33,11 @@ if TYPE_CHECKING:
     from clawrl_app.engine.backends.base import Backend
     from clawrl_app.engine.chat.formatter import ChatFormatter
 
+COMPARABLE = (*USABLE, "refused")
+"""Checkpoints a comparison may load: the usable ones, and the ones the guard refused (to
+see what it refused: a comparison never serves them)."""
+
+
 Messages = list[dict[str, Any]]
 DEFAULT_LAST = 5
 SESSIONS_SCANNED = 200
@@ -160,8 +165,8 @@ def checkpoint_to_load(version: str, backend: Backend, store: Store) -> Path | N
     if version in backend.info().versions:
         return None
     row = store.get_checkpoint(version)
-    if row is None or row.status not in USABLE:
-        usable = ["base", *(r.version for r in store.list_checkpoints() if r.status in USABLE)]
+    if row is None or row.status not in COMPARABLE:
+        usable = ["base", *(r.version for r in store.list_checkpoints() if r.status in COMPARABLE)]
         raise CompareError(
             f"no checkpoint {version!r} that can answer; usable: {', '.join(usable)}"
         )

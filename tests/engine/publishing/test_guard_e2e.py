@@ -184,6 +184,8 @@ def test_compare_loads_an_older_checkpoint_for_the_comparison_and_shows_guard_sc
     path = adapter(loaded_model, tmp_path / "v1", damaged=False)
     store.register_checkpoint("v1", path, None, 1, {}, [], [])
     store.mark_published("v1")
+    store.register_checkpoint("v2", path, "v1", 2, {}, [], [])
+    store.set_checkpoint_status("v2", "refused")  # what the guard refused can be looked at
     store.add_metrics(0, {GENERAL: 0.55, PERSONAL: 0.5}, "base")
     store.add_metrics(1, {GENERAL: 0.6, DEGENERATION: 0.25}, "v1")
     prompts = [[{"role": "user", "content": "Name a fruit."}]]
@@ -193,6 +195,8 @@ def test_compare_loads_an_older_checkpoint_for_the_comparison_and_shows_guard_sc
         await be.start()
         try:
             result = await run_compare(be, fmt, prompts, "base", "v1", 6, store=store)
+            refused = await run_compare(be, fmt, prompts, "base", "v2", 6, store=store)
+            assert refused["loaded_for_compare"] == ["v2"] and refused["summary"]["identical"] == 1
             with pytest.raises(CompareError, match="no checkpoint 'v9' that can answer"):
                 await run_compare(be, fmt, prompts, "base", "v9", 6, store=store)
             return result, be.info().versions
@@ -201,6 +205,7 @@ def test_compare_loads_an_older_checkpoint_for_the_comparison_and_shows_guard_sc
 
     result, versions_after = asyncio.run(go())
     assert result["loaded_for_compare"] == ["v1"] and "v1" not in versions_after
+    assert "v2" not in versions_after  # loaded for the comparison only, never served
     assert result["summary"]["identical"] == 1  # LoRA B = 0 answers as the base model
     assert result["guard"] == {"a": {"personal": 0.5, "general": 0.55, "degeneration": None},
                                "b": {"personal": None, "general": 0.6,
