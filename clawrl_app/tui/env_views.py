@@ -73,7 +73,10 @@ def job_summary(job: dict[str, Any] | None, now: float | None = None) -> str:
     if job["kind"] == "train":
         lines.append(
             f"checkpoints {job['checkpoints']}/{job['steps']} · rounds {len(job['rounds'])}"
+            f" · groups with variance {job.get('varied', 0)}/{job.get('groups', 0)}"
         )
+    if job.get("note"):
+        lines.append(f"[b]{job['note']}[/b]")
     if job.get("error"):
         lines.append(f"[b]error[/b] {short(job['error'], 200)}")
     return "\n".join(lines)
