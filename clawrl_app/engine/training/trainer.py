@@ -37,6 +37,7 @@ from clawrl_app.engine.core.checkpoints import (
 from clawrl_app.engine.core.cpu_share import BusyFlag, PauseBudget, wait_while_busy
 from clawrl_app.engine.store import Store
 from clawrl_app.engine.training.config import TrainerConfig
+from clawrl_app.engine.training.grammar_replay import GrammarReplay
 from clawrl_app.engine.training.lease import hold_trainer_lock, owner_alive
 from clawrl_app.engine.training.losses import (
     OBJECTIVES,
@@ -132,6 +133,7 @@ class Trainer:
                 enable_checkpointing(base, adapter=cfg.mode != "full")
         model = self._wrap(base, parent_dir)
         model.train()
+        self.grammar = GrammarReplay(self.tokenizer)  # forced tool calls' masks
 
         def adamw(params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
             return torch.optim.AdamW(
@@ -364,7 +366,7 @@ class Trainer:
         for i, mb in enumerate(mbs):
             last = i == len(mbs) - 1
             with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
-                out = response_logprobs(self.model, mb, self.device)
+                out = response_logprobs(self.model, mb, self.device, self.grammar.allowed_BTV)
                 adv_B = advantages_from(out.rewards_B, out.has_reward_B, baseline)
                 batch = out.loss_batch()
                 if self.loss_cfg.kl_coef > 0:
@@ -382,7 +384,8 @@ class Trainer:
         (B, T) like `response_logprobs`: the KL anchor's reference."""
         peft_model = self.accelerator.unwrap_model(self.model)
         with torch.no_grad(), peft_model.disable_adapter():
-            return response_logprobs(self.model, items, self.device).logprobs_BT
+            out = response_logprobs(self.model, items, self.device, self.grammar.allowed_BTV)
+            return out.logprobs_BT
 
     def canary(self) -> list[dict[str, Any]]:
         """Log-probs of a fixed response to fixed prompts under the new weights."""
