@@ -96,7 +96,9 @@ def test_forced_calls_are_recorded_as_asked_and_the_trainer_replays_their_gramma
                          list(turn.logprobs), 1.0, 0.0, False, None, "x",
                          json_schema=schema)  # fmt: skip
         with torch.no_grad():
-            masked = response_logprobs(model, [item], "cpu", replay.allowed_BTV).logprobs_BT[0]
+            masked = response_logprobs(
+                model, [item], "cpu", allowed=replay.allowed_BTV
+            ).logprobs_BT[0]
             plain = response_logprobs(model, [item], "cpu").logprobs_BT[0]
         recorded = torch.tensor(turn.logprobs)
         assert torch.allclose(masked, recorded, atol=1e-3), (masked, recorded)

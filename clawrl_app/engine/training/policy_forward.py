@@ -78,6 +78,7 @@ def response_logprobs(
     model: Any,
     items: Sequence[TrainItem],
     device: torch.device | str,
+    *,
     allowed: Callable[[Sequence[TrainItem], int, int, torch.device], torch.Tensor | None]
     | None = None,
 ) -> ForwardOut:

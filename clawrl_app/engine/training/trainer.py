@@ -366,7 +366,9 @@ class Trainer:
         for i, mb in enumerate(mbs):
             last = i == len(mbs) - 1
             with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
-                out = response_logprobs(self.model, mb, self.device, self.grammar.allowed_BTV)
+                out = response_logprobs(
+                    self.model, mb, self.device, allowed=self.grammar.allowed_BTV
+                )
                 adv_B = advantages_from(out.rewards_B, out.has_reward_B, baseline)
                 batch = out.loss_batch()
                 if self.loss_cfg.kl_coef > 0:
@@ -384,7 +386,9 @@ class Trainer:
         (B, T) like `response_logprobs`: the KL anchor's reference."""
         peft_model = self.accelerator.unwrap_model(self.model)
         with torch.no_grad(), peft_model.disable_adapter():
-            out = response_logprobs(self.model, items, self.device, self.grammar.allowed_BTV)
+            out = response_logprobs(
+                self.model, items, self.device, allowed=self.grammar.allowed_BTV
+            )
             return out.logprobs_BT
 
     def canary(self) -> list[dict[str, Any]]:

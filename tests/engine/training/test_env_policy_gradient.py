@@ -164,7 +164,9 @@ def p_blue(trainer: Trainer) -> float:
                      0.0, False, None, "x", json_schema=schema)  # fmt: skip
     trainer.model.eval()
     with torch.no_grad():
-        out = response_logprobs(trainer.model, [item], trainer.device, trainer.grammar.allowed_BTV)
+        out = response_logprobs(
+            trainer.model, [item], trainer.device, allowed=trainer.grammar.allowed_BTV
+        )
     return float(out.logprobs_BT[0].sum().exp())
 
 
@@ -196,7 +198,7 @@ def test_the_rewarded_action_becomes_more_likely(
         if step == 0:  # the trainer's masked log-probs are the sampler's, token for token
             with torch.no_grad():
                 out = response_logprobs(trainer.model, items, trainer.device,
-                                        trainer.grammar.allowed_BTV)  # fmt: skip
+                                        allowed=trainer.grammar.allowed_BTV)  # fmt: skip
             for b, it in enumerate(items):
                 got = out.logprobs_BT[b, -len(it.response_ids) :]
                 assert torch.allclose(got, torch.tensor(it.old_logprobs), atol=2e-3), b
