@@ -15,6 +15,9 @@ For each env (`--envs terminal,toolcall`), on a fresh engine home with training 
    episode is, which launches Chromium; warm = a fresh context in a running browser;
    goal <= 3 s).
 
+`--learn` runs the learning benchmark instead (`bench/envs_learn.py`: held-out success
+before and after each training round, the general score before and after, wall time).
+
 Prints one markdown table. Run: `CLAWRL_HOME=/tmp/clawrl-test-cache .venv/bin/python
 bench/envs.py [--envs toolcall,terminal,swe,browser] [--steps 4] [--heldout-limit 0]`
 (`CLAWRL_HOME` only locates the converted embedded model; each env gets a fresh home.)
@@ -32,6 +35,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from envs_learn import add_learn_flags, learn_main  # noqa: E402
 
 from clawrl_app.config import load_settings  # noqa: E402
 from clawrl_app.engine.engine_thread import EngineThread  # noqa: E402
@@ -186,8 +191,11 @@ def main(argv: list[str] | None = None) -> int:
         "--max-steps", type=int, default=None, help="turns per episode (default: task's)"
     )
     ap.add_argument("--seed", type=int, default=0)
+    add_learn_flags(ap)
     args = ap.parse_args(argv)
     model = resolve_model(None, app_paths())
+    if args.learn:
+        return learn_main(args, model.path)
     rows = []
     from clawrl_app.envs.sandbox.probe import launch_overhead_ms
 

@@ -367,6 +367,25 @@ class GuardSettings(_Section):
     (0 = off; it decides from USER_FORM_MIN prompts on)."""
 
 
+ToolChoice = Literal["required", "auto", "none"]
+
+
+class EnvsSettings(_Section):
+    """How env rollouts ask the model for actions (`clawrl-app env`, the Environments screen)."""
+
+    tool_choice: ToolChoice = "required"
+    """What each env turn asks the endpoint for: required (a call to one of the env's tools,
+    its finishing tool included, decoded under a grammar, so a small model always makes an
+    action), auto (the model may answer in prose) or none. Recorded with each turn."""
+    tool_choice_by_env: dict[str, ToolChoice] = {}
+    """Per-env overrides of `tool_choice`, e.g. {"terminal" = "auto"}. Envs without tools
+    (swe's text protocol) ask for no tool call whatever is set."""
+
+    def tool_choice_for(self, env: str) -> ToolChoice:
+        """The tool choice of `env`'s turns."""
+        return self.tool_choice_by_env.get(env, self.tool_choice)
+
+
 class Settings(_Section):
     """The effective configuration of one run."""
 
@@ -390,6 +409,8 @@ class Settings(_Section):
     """Judge health: agreement with your ratings, reward balance, answer-length drift."""
     guard: GuardSettings = GuardSettings()
     """The personal regression guard (held-out prompts + a general set, before serving)."""
+    envs: EnvsSettings = EnvsSettings()
+    """Agentic environments: how their turns ask for actions."""
 
 
 UPSTREAM_ENV: dict[str, tuple[str, str]] = {

@@ -62,6 +62,19 @@ def _rollout_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pack", help="one of your task packs (`env import`) instead of the shipped one"
     )
+    p.add_argument(
+        "--family", action="append", default=[],
+        help="only tasks of this family (repeat for several; `env list` names them)",
+    )  # fmt: skip
+    p.add_argument(
+        "--tool-choice", choices=["required", "auto", "none"],
+        help="what each turn asks for (default: [envs] tool_choice, `required`: a tool "
+        "call decoded under a grammar)",
+    )  # fmt: skip
+    p.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+        help="also print the engine's log lines (default: only to the log file)",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of task choice and sampling")
     p.add_argument("--max-tokens", type=int, default=256, help="per model turn (default 256)")
     p.add_argument(
@@ -77,10 +90,34 @@ def cmd_env(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -
     try:
         handlers = {"list": _list, "run": _run, "train": _train, "eval": _eval,
                     "import": _import, "trust": _trust}  # fmt: skip
-        return handlers[args.env_command](args, loaded, paths)
+        with _log_to_file(paths, getattr(args, "verbose", False)):
+            return handlers[args.env_command](args, loaded, paths)
     except (ValueError, EngineClientError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+
+
+@contextlib.contextmanager
+def _log_to_file(paths: AppPaths, verbose: bool) -> Iterator[None]:
+    """The engine's per-request INFO lines and the HTTP client's go to `env.log` in the log
+    folder, not the terminal (where progress is printed); `-v` keeps them on the terminal."""
+    import logging
+
+    if verbose:
+        yield
+        return
+    root = logging.getLogger()
+    saved, level = root.handlers[:], root.level
+    paths.log_dir.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(paths.log_dir / "env.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.handlers = [handler]
+    root.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        root.handlers, root.level = saved, level
+        handler.close()
 
 
 def _env_settings(args: argparse.Namespace, paths: AppPaths | None = None) -> dict[str, Any]:
@@ -192,14 +229,19 @@ def _engine(loaded: LoadedSettings, paths: AppPaths) -> Iterator[_Endpoint]:
         thread.stop()
 
 
-def _policy_factory(ep: _Endpoint, env_name: str, args: argparse.Namespace, temp: float) -> Any:
+def _policy_factory(
+    ep: _Endpoint, env_name: str, args: argparse.Namespace, temp: float, loaded: LoadedSettings
+) -> Any:
     from clawrl_app.envs.endpoint_policy import EndpointPolicy
+
+    choice = getattr(args, "tool_choice", None) or loaded.settings.envs.tool_choice_for(env_name)
 
     def make(seed: int) -> EndpointPolicy:
         return EndpointPolicy(
             base_url=f"{ep.base}/v1", env_name=env_name, model=ep.alias, api_key=ep.api_key,
             temperature=temp, max_tokens=args.max_tokens,
             seed=seed if temp == 0 else None,  # a group's episodes must differ
+            tool_choice=choice,
         )  # fmt: skip
 
     return make
@@ -235,7 +277,7 @@ def _run(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> i
         episode = run_episode(env, task, oracle_policy(env, task), on_turn=on_turn, seed=args.seed)
     else:
         with _engine(loaded, paths) as ep:
-            policy = _policy_factory(ep, args.name, args, 1.0)(args.seed)
+            policy = _policy_factory(ep, args.name, args, 1.0, loaded)(args.seed)
             sid = f"env-{args.name}-{uuid.uuid4().hex[:12]}"
             episode = run_episode(
                 env, task, policy, session_id=sid, on_turn=on_turn, seed=args.seed
@@ -262,65 +304,83 @@ def _run(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> i
 
 
 def _train(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
-    from tqdm import tqdm
-
     from clawrl_app.envs.engine_client import EngineClient
-    from clawrl_app.envs.training import RolloutSettings, train_env
+    from clawrl_app.envs.training import NO_SIGNAL, RolloutSettings, train_env
 
     if args.steps < 1:
         raise ValueError("--steps must be 1 or more")
     cfg = RolloutSettings(
         group_size=args.group_size, tasks_per_round=args.tasks_per_round,
         max_tokens=args.max_tokens, judge=args.judge, reward_mode=args.reward_mode,
-        seed=args.seed, env_settings=_env_settings(args, paths),
+        seed=args.seed, env_settings=_env_settings(args, paths), families=tuple(args.family),
     )  # fmt: skip
+    print(f"env train {args.name}: until {args.steps} new checkpoints, "
+          f"{cfg.tasks_per_round} tasks x {cfg.group_size} episodes a round "
+          f"(log: {paths.log_dir / 'env.log'})", flush=True)  # fmt: skip
     with _engine(loaded, paths) as ep:
         client = EngineClient(ep.base, ep.api_key)
-        bar = tqdm(total=args.steps, unit="checkpoint", desc=f"env train {args.name}")
-        seen = {"n": 0, "eps": 0, "ok": 0}
-
-        def on_round(r: int, rep: Any, made: int) -> None:
-            seen["eps"] += rep.episodes
-            seen["ok"] += rep.successes
-            bar.update(made - seen["n"])
-            seen["n"] = made
-            bar.set_postfix(
-                episodes=seen["eps"], success=f"{seen['ok'] / max(seen['eps'], 1):.0%}",
-                samples=rep.trainable,
-            )  # fmt: skip
-
         try:
             total = train_env(
-                args.name, client, _policy_factory(ep, args.name, args, cfg.temperature),
-                args.steps, cfg, on_round=on_round,
+                args.name, client, _policy_factory(ep, args.name, args, cfg.temperature, loaded),
+                args.steps, cfg, on_round=lambda r, rep, made: print(round_line(r, rep, made),
+                                                                     flush=True),
             )  # fmt: skip
         finally:
-            bar.close()
             client.close()
     print(
         f"{total.checkpoints} new checkpoints from {total.episodes} episodes "
-        f"({total.successes} solved, {total.aborted} not trainable), "
-        f"{total.trainable} trainable samples"
+        f"({total.successes} solved, {total.aborted} not trainable), {total.signal} of "
+        f"{total.trainable} samples with a signal, {total.varied}/{total.groups} groups varied"
     )
+    if total.groups and not total.varied:
+        print(NO_SIGNAL)
     return 0
 
 
+def round_line(r: int, rep: Any, made: int) -> str:
+    """One training round as one line (`env train`)."""
+    from clawrl_app.envs.training import NO_SIGNAL
+
+    share = rep.varied_share
+    line = (
+        f"round {r + 1}: {rep.successes}/{rep.episodes} solved, groups with variance "
+        f"{rep.varied}/{rep.groups}, {rep.signal} samples with a signal, "
+        f"checkpoints {made}, {rep.seconds:.0f} s"
+    )
+    return line + (f"  ({NO_SIGNAL})" if share == 0 else "")
+
+
 def _eval(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
+    from tqdm import tqdm
+
+    from clawrl_app.envs import make_env
     from clawrl_app.envs.engine_client import EngineClient
-    from clawrl_app.envs.training import RolloutSettings, evaluate_env
+    from clawrl_app.envs.training import RolloutHooks, RolloutSettings, evaluate_env, split_tasks
 
     cfg = RolloutSettings(
         max_tokens=args.max_tokens, seed=args.seed, temperature=0.0,
-        env_settings=_env_settings(args, paths),
+        env_settings=_env_settings(args, paths), families=tuple(args.family),
     )  # fmt: skip
+    tasks = split_tasks(make_env(args.name, **cfg.env_settings).tasks(), args.split, cfg.families)
+    n = min(len(tasks), args.limit) if args.limit else len(tasks)
     with _engine(loaded, paths) as ep:
         client = EngineClient(ep.base, ep.api_key)
+        bar = tqdm(total=n, unit="episode", desc=f"env eval {args.name} {args.split}")
+        solved = {"n": 0}
+
+        def on_episode(task: Any, episode: Any) -> None:
+            v = episode.verdict
+            solved["n"] += bool(episode.trainable and v and v.success)
+            bar.update(1)
+            bar.set_postfix(solved=solved["n"])
+
         try:
             rate, rep = evaluate_env(
-                args.name, client, _policy_factory(ep, args.name, args, 0.0), cfg,
-                split=args.split, limit=args.limit,
+                args.name, client, _policy_factory(ep, args.name, args, 0.0, loaded), cfg,
+                split=args.split, limit=args.limit, hooks=RolloutHooks(on_episode=on_episode),
             )  # fmt: skip
         finally:
+            bar.close()
             client.close()
     print(
         f"{args.name} {args.split}: {rep.successes}/{rep.episodes} solved ({rate:.0%}), "

@@ -4,6 +4,11 @@ Every call names the episode's session (`X-Session-Id`) and its source
 (`X-Session-Source: env:<name>`), so the endpoint records each model turn with the prompt
 ids, sampled ids and behaviour log-probs it produced: exactly what the trainer needs. The
 reply's `model` field (`<alias>@<version>`) says which policy version answered.
+
+`tool_choice` ("required" by default for env rollouts, `[envs] tool_choice`) is sent with
+every turn that offers tools: the endpoint then decodes the answer under a grammar that
+only allows a call to one of them, and records the request as asked, so the trainer
+replays the same constraint on the recorded tokens (`engine/training/grammar_replay.py`).
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ class EndpointPolicy:
     seed: int | None = None
     timeout_s: float = 300.0
     extra_body: dict[str, Any] = field(default_factory=dict)
+    tool_choice: Any = None
+    """Sent with turns that offer tools ("required", "auto", "none" or a named function);
+    None: not sent (the endpoint's default, auto)."""
 
     def __post_init__(self) -> None:
         from openai import OpenAI
@@ -61,6 +69,8 @@ class EndpointPolicy:
             kwargs["max_tokens"] = self.max_tokens
         if tools:
             kwargs["tools"] = tools
+            if self.tool_choice is not None:
+                kwargs["tool_choice"] = self.tool_choice
         if self.seed is not None:
             kwargs["seed"] = self.seed
         if self.extra_body:
@@ -83,7 +93,7 @@ class EndpointPolicy:
             text=choice.message.content or "",
             tool_calls=calls,
             finish_reason=choice.finish_reason,
-            meta={"model": resp.model},
+            meta={"model": resp.model, "tool_choice": kwargs.get("tool_choice")},
         )
 
     def close(self) -> None:

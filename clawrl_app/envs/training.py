@@ -6,6 +6,11 @@ temperature 1, through the endpoint), each group's advantages from `rewards.turn
 engine's trainer then learns from them with the same losses, checkpoints, publishing,
 review and rollback as conversations. It goes on until the trainer has made `steps` new
 checkpoints. Evaluation: each task of a split once, greedy, recorded but never trained.
+
+Each round reports the share of its groups with any variance (some advantage not 0): a
+group whose episodes all scored the same teaches nothing. When no group of the first
+`NO_SIGNAL_ROUNDS` rounds had any, training stops with `NoSignal` (NO_SIGNAL) instead of
+rolling out for a trainer that has nothing to learn from.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import functools
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +28,14 @@ from clawrl_app.envs.base import Episode, Task, TurnRecord
 from clawrl_app.envs.endpoint_policy import EndpointPolicy
 from clawrl_app.envs.engine_client import EngineClient
 from clawrl_app.envs.recording import group_payload
+
+NO_SIGNAL = "every group scored the same: this model gets no signal from this env"
+NO_SIGNAL_ROUNDS = 5
+"""Rounds without any varied group after which `train_env` gives up (NoSignal)."""
+
+
+class NoSignal(RuntimeError):
+    """Training found no group with any variance: nothing for the trainer to learn from."""
 
 
 @dataclass
@@ -38,6 +51,7 @@ class RolloutSettings:
     seed: int = 0
     max_steps: int | None = None  # None: each task's own limit
     env_settings: dict[str, Any] = field(default_factory=dict)
+    families: tuple[str, ...] = ()  # only these task families (empty: all)
 
 
 def _never() -> bool:
@@ -74,18 +88,35 @@ class RoundReport:
     trainable: int = 0
     signal: int = 0  # samples whose advantage is not 0 (what the trainer can learn from)
     boxed: int = 0  # episodes whose final answer was in the asked form (toolcall)
+    groups: int = 0  # rollout groups (training rounds only)
+    varied: int = 0  # groups with any variance: some advantage not 0
     checkpoints: int = 0
     seconds: float = 0.0
 
     def add(self, other: RoundReport) -> None:
-        for name in ("episodes", "successes", "aborted", "samples", "trainable", "signal", "boxed"):
+        names = ("episodes", "successes", "aborted", "samples", "trainable", "signal", "boxed",
+                 "groups", "varied")  # fmt: skip
+        for name in names:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
+    @property
+    def varied_share(self) -> float | None:
+        """Share of the groups with any variance (None: no training group)."""
+        return self.varied / self.groups if self.groups else None
 
-def split_tasks(tasks: list[Task], split: str) -> list[Task]:
-    chosen = [t for t in tasks if t.split == split]
+
+def group_varied(advantages: Sequence[Sequence[float] | None]) -> bool:
+    """Whether a group's advantages carry any signal (one value not 0)."""
+    return any(a != 0 for adv in advantages if adv for a in adv)
+
+
+def split_tasks(tasks: list[Task], split: str, families: tuple[str, ...] = ()) -> list[Task]:
+    """The tasks of `split` (of `families` when given)."""
+    chosen = [t for t in tasks if t.split == split and (not families or t.family in families)]
     if not chosen:
-        raise ValueError(f"no {split} tasks in this env's packs")
+        known = ", ".join(sorted({t.family for t in tasks}))
+        wanted = f" of families {', '.join(families)}" if families else ""
+        raise ValueError(f"no {split} tasks{wanted} in this env's packs (families: {known})")
     return chosen
 
 
@@ -144,6 +175,9 @@ def run_round(
         report.aborted += sum(not ep.trainable for ep in group)
         report.samples += sum(r["samples"] for r in recorded)
         report.signal += sum(1 for adv in advantages if adv for a in adv if a != 0)
+        if train:
+            report.groups += 1
+            report.varied += group_varied(advantages)
         report.boxed += sum(bool(ep.verdict and ep.verdict.details.get("boxed")) for ep in group)
         report.trainable += sum(r["trainable"] for r in recorded)
     report.seconds = time.monotonic() - t0
@@ -170,7 +204,7 @@ def train_env(
     totals (`checkpoints` = new ones). Stops with RuntimeError when the trainer makes no
     checkpoint within `wait_s` of rollouts that gave it trainable samples."""
     env = make_env(env_name, **cfg.env_settings)
-    tasks = split_tasks(env.tasks(), "train")
+    tasks = split_tasks(env.tasks(), "train", cfg.families)
     rng = random.Random(cfg.seed)
     start = checkpoint_count(client)
     total = RoundReport()
@@ -187,10 +221,16 @@ def train_env(
             on_round(r, rep, made)
         if made >= steps or hooks.should_stop():
             break
-        if time.monotonic() - last_progress > wait_s and total.trainable:
+        if r + 1 >= NO_SIGNAL_ROUNDS and not total.varied:
+            raise NoSignal(
+                f"{NO_SIGNAL} ({total.groups} groups in {r + 1} rounds, {total.successes} of "
+                f"{total.episodes} episodes solved). Try an easier task family, a larger "
+                "--group-size, or a model that calls tools."
+            )
+        if time.monotonic() - last_progress > wait_s and total.signal:
             raise RuntimeError(
                 f"the trainer made no checkpoint in {wait_s:.0f} s although "
-                f"{total.trainable} trainable samples were recorded: is training enabled "
+                f"{total.signal} samples with a signal were recorded: is training enabled "
                 "(train.enabled) and the review mode auto? See `clawrl-app doctor`."
             )
     total.checkpoints = made
@@ -208,7 +248,7 @@ def evaluate_env(
 ) -> tuple[float, RoundReport]:
     """Success rate of one greedy episode per task of `split` (recorded, never trained)."""
     env = make_env(env_name, **cfg.env_settings)
-    tasks = split_tasks(env.tasks(), split)
+    tasks = split_tasks(env.tasks(), split, cfg.families)
     if limit:
         tasks = tasks[:limit]
     rep = run_round(env_name, tasks, client, policy_for, cfg, train=False, hooks=hooks)

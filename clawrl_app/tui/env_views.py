@@ -71,9 +71,17 @@ def job_summary(job: dict[str, Any] | None, now: float | None = None) -> str:
         f"{NONE if rate is None else f'{rate:.0%}'} · aborted {job['aborted']}",
     ]
     if job["kind"] == "train":
+        varied = (
+            f" · groups with variance {job.get('varied', 0)}/{job['groups']}"
+            if job.get("groups")
+            else ""
+        )
         lines.append(
             f"checkpoints {job['checkpoints']}/{job['steps']} · rounds {len(job['rounds'])}"
+            + varied
         )
+    if job.get("note"):
+        lines.append(f"[b]{job['note']}[/b]")
     if job.get("error"):
         lines.append(f"[b]error[/b] {short(job['error'], 200)}")
     return "\n".join(lines)

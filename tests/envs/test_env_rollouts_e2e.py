@@ -51,3 +51,55 @@ def test_a_rollout_group_of_the_embedded_model_lands_in_the_store(engine: Any) -
               for s in store.samples_for_session(e.session_id)]  # fmt: skip
     assert all(-1.0 <= x <= 1.0 for x in scores)
     assert report.trainable == len(scores)
+
+
+def test_forced_calls_are_recorded_as_asked_and_the_trainer_replays_their_grammar(
+    engine: Any, loaded_model: tuple[Any, Any]
+) -> None:
+    """A one-step curriculum task played with `tool_choice = "required"` through the real
+    endpoint (torch backend, base weights): every turn is a call, recorded with the
+    tool_choice it was asked with; the trainer's log-probs of the recorded tokens, taken
+    under the replayed grammar (`grammar_replay.py`), are the behaviour log-probs the
+    endpoint recorded; without the mask they are not (the constraint renormalised them)."""
+    import torch
+
+    from clawrl_app.engine.training.grammar_replay import GrammarReplay
+    from clawrl_app.engine.training.policy_forward import response_logprobs
+    from clawrl_app.engine.training.train_data import TrainItem, sampled_schema
+
+    store = engine.engine.store
+    task = next(t for t in make_env("toolcall").tasks() if t.family == "calc_one")
+    client = EngineClient(engine.base)
+
+    def policy_for(seed: int) -> EndpointPolicy:
+        return EndpointPolicy(base_url=engine.url, env_name="toolcall", max_tokens=24,
+                              tool_choice="required")  # fmt: skip
+
+    before = {e.session_id for e in store.list_episodes(env="toolcall")}
+    try:
+        report = run_round("toolcall", [task], client, policy_for,
+                           RolloutSettings(group_size=2, max_tokens=24))  # fmt: skip
+    finally:
+        client.close()
+    assert report.episodes == 2 and report.groups == 1
+    model, tok = loaded_model
+    replay = GrammarReplay(tok)
+    new = [e for e in store.list_episodes(env="toolcall") if e.session_id not in before]
+    turns = [t for e in new for t in store.turns_for_session(e.session_id, type="main")]
+    assert len(turns) == 2  # one-step: one call each
+    for turn in turns:
+        assert turn.request["tool_choice"] == "required"
+        assert turn.response_text.startswith('<tool_call>{"name": "')
+        schema = sampled_schema(turn.request)
+        assert schema is not None
+        item = TrainItem(0, "", list(turn.prompt_ids), list(turn.response_ids),
+                         list(turn.logprobs), 1.0, 0.0, False, None, "x",
+                         json_schema=schema)  # fmt: skip
+        with torch.no_grad():
+            masked = response_logprobs(
+                model, [item], "cpu", allowed=replay.allowed_BTV
+            ).logprobs_BT[0]
+            plain = response_logprobs(model, [item], "cpu").logprobs_BT[0]
+        recorded = torch.tensor(turn.logprobs)
+        assert torch.allclose(masked, recorded, atol=1e-3), (masked, recorded)
+        assert (recorded - plain).max() > 1e-2  # the mask mattered somewhere

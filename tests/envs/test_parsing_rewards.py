@@ -130,3 +130,14 @@ def test_context_is_cut_from_the_middle_keeping_the_task() -> None:
     assert cut is not None and cut[:2] == msgs[:2] and cut[-1] == msgs[-1]
     assert any("earlier turns omitted" in str(m["content"]) for m in cut)
     assert fit_context(msgs, 10) is None and fit_context(msgs[:2], 10_000) == msgs[:2]
+
+
+def test_a_group_has_signal_only_when_some_advantage_is_not_zero() -> None:
+    from clawrl_app.envs.training import RoundReport, group_varied
+
+    assert group_varied([[0.5, 0.0], [-0.5], None])
+    assert not group_varied([[0.0, 0.0], [0.0], None]) and not group_varied([None, None])
+    rep = RoundReport(groups=4, varied=1)
+    rep.add(RoundReport(groups=4, varied=0))
+    assert (rep.groups, rep.varied, rep.varied_share) == (8, 1, 0.125)
+    assert RoundReport().varied_share is None  # no training group (evaluation)

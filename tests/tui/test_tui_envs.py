@@ -20,6 +20,7 @@ from clawrl_app.tui.screens.modals import PromptModal
 from clawrl_app.tui.screens.sessions import SessionsScreen
 from tests.tui.test_tui_pilot import SIZE, until
 
+NO_SIGNAL_TEXT = "every group scored the same: this model gets no signal from this env"
 JOB = {
     "id": "job-1", "kind": "train", "env": "toolcall", "state": "running", "started": 100.0,
     "finished": None, "error": None, "steps": 2, "split": "train", "checkpoints": 1,
@@ -52,6 +53,10 @@ def test_job_views() -> None:
     assert "solved · score 1.00 · reward +1.00" in live
     assert env_views.job_summary(None).startswith("No env job")
     assert env_views.live_text(None) == "No episode yet."
+    flat = {**JOB, "groups": 4, "varied": 0, "note": NO_SIGNAL_TEXT}
+    text = env_views.job_summary(flat, now=165.0)
+    assert "groups with variance 0/4" in text and NO_SIGNAL_TEXT in text
+    assert NO_SIGNAL_TEXT not in env_views.job_summary({**JOB, "groups": 4, "varied": 1}, now=1.0)
 
 
 def test_env_rows_and_requirements() -> None:

@@ -27,6 +27,8 @@ from typing import Any
 from clawrl_app.engine.core.events import EnvJobUpdated, Event
 
 log = logging.getLogger("clawrl.env_jobs")
+NO_SIGNAL = "every group scored the same: this model gets no signal from this env"
+"""Shown while no training group had any variance (= `envs.training.NO_SIGNAL`)."""
 LIVE_TURNS = 30  # turns of the live episode kept for the UI
 TEXT_CHARS = 1500  # per model reply / observation shown
 PROBE_TTL_S = 60.0
@@ -58,6 +60,8 @@ class JobRequest:
     """Per model turn; None: the endpoint's default (`server.default_max_tokens`)."""
     max_rounds: int = 50
     seed: int = 0
+    families: tuple[str, ...] = ()
+    """Only these task families (empty: all)."""
 
 
 @dataclass
@@ -72,6 +76,9 @@ class _Job:
     episodes: int = 0
     successes: int = 0
     aborted: int = 0
+    groups: int = 0
+    varied: int = 0
+    """Training groups, and those with any variance (some advantage not 0)."""
     rounds: list[dict[str, Any]] = field(default_factory=list)
     pending: list[float | None] = field(default_factory=list)
     """Outcome rewards of this round's episodes so far (None: aborted)."""
@@ -87,6 +94,8 @@ class _Job:
             "checkpoints": self.checkpoints, "episodes": self.episodes,
             "successes": self.successes, "aborted": self.aborted,
             "success_rate": self.successes / self.episodes if self.episodes else None,
+            "groups": self.groups, "varied": self.varied,
+            "note": NO_SIGNAL if self.groups and not self.varied else None,
             "rounds": [dict(x) for x in self.rounds],
             "live": None if self.live is None else {**self.live, "turns": list(self.live["turns"])},
         }  # fmt: skip
@@ -267,6 +276,7 @@ class EnvJobs:
                 model=self.engine.settings.server.model_alias, api_key=self.engine.api_key,
                 temperature=temperature, max_tokens=r.max_tokens,
                 seed=seed if temperature == 0 else None,
+                tool_choice=self.engine.settings.envs.tool_choice_for(r.env),
             )  # fmt: skip
 
             def policy(messages: Any, tools: Any, *, session_id: str) -> Any:
@@ -318,10 +328,16 @@ class EnvJobs:
 
         return RolloutHooks(on_turn=on_turn, on_episode=on_episode, should_stop=self._stop.is_set)
 
-    def _close_round(self, job: _Job, index: int, successes: int, checkpoints: int) -> None:
+    def _close_round(
+        self, job: _Job, index: int, successes: int, checkpoints: int, rep: Any = None
+    ) -> None:
         with self._lock:
             row = round_figures(index, job.pending, successes)
             row["checkpoints"] = checkpoints
+            if rep is not None and rep.groups:
+                row["groups"], row["varied"] = rep.groups, rep.varied
+                job.groups += rep.groups
+                job.varied += rep.varied
             job.rounds.append(row)
             job.pending = []
             job.checkpoints = checkpoints
@@ -339,7 +355,8 @@ class EnvJobs:
 
         r = job.request
         return RolloutSettings(group_size=r.group_size, tasks_per_round=r.tasks_per_round,
-                               max_tokens=r.max_tokens, seed=r.seed)  # fmt: skip
+                               max_tokens=r.max_tokens, seed=r.seed,
+                               families=r.families)  # fmt: skip
 
     def _train(self, job: _Job, client: Any) -> None:
         from clawrl_app.envs.training import train_env
@@ -347,7 +364,7 @@ class EnvJobs:
         cfg = self._settings(job)
 
         def on_round(index: int, rep: Any, made: int) -> None:
-            self._close_round(job, index + 1, rep.successes, made)
+            self._close_round(job, index + 1, rep.successes, made, rep)
 
         train_env(
             job.request.env, client, self._policy_for(job, cfg.temperature), job.request.steps,

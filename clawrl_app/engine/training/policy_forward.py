@@ -13,6 +13,10 @@ One forward pass per micro-batch, built for speed and memory on a GPU:
 - Log-probs are `z[token] - logsumexp(z)` on the temperature-scaled logits `z`, batched over
   the micro-batch; `z` (float32) is the only B×T×V tensor kept for backward.
 - Every tensor is created on the model's device; nothing is read back to the host.
+- A turn sampled under a grammar (a forced tool call) is scored under the same mask
+  (`allowed_BTV` from `grammar_replay.py`): the disallowed tokens are set to -inf before the
+  log-softmax, as the sampler did, so the log-probs are the constrained policy's and
+  compare with the recorded behaviour log-probs.
 
 Response tensors are (B, T): item b's r_b response tokens fill the *last* r_b columns, the
 left columns are padding (mask 0).
@@ -20,7 +24,7 @@ left columns are padding (mask 0).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,12 +78,20 @@ def _left_pad(row: Sequence[Any], width: int, fill: Any) -> list[Any]:
 
 
 def response_logprobs(
-    model: Any, items: Sequence[TrainItem], device: torch.device | str, repeat_ngram: int = 0
+    model: Any,
+    items: Sequence[TrainItem],
+    device: torch.device | str,
+    repeat_ngram: int = 0,
+    *,
+    allowed: Callable[[Sequence[TrainItem], int, int, torch.device], torch.Tensor | None]
+    | None = None,
 ) -> ForwardOut:
     """One forward pass over prompt+response; log-softmax at each item's sampling temperature
     (the behaviour convention of the serving backend), gathered at the response tokens.
     `repeat_ngram` > 0 also flags the tokens that repeat a phrase of that many tokens said
-    earlier in their answer (`repeats.repeat_flags`)."""
+    earlier in their answer (`repeats.repeat_flags`). `allowed(items, T, V, device)` gives
+    the (B, T, V) allowed tokens of constrained items (`GrammarReplay.allowed_BTV`) or None;
+    the sampling distribution is masked by it."""
     dev = torch.device(device)
     f32 = torch.float32
     L = max(it.tokens for it in items)
@@ -109,11 +121,15 @@ def response_logprobs(
     # The teacher is scored at temperature 1 (every backend's `score`): the student side of
     # the OPD gap and of the top-k KL is taken at temperature 1 too (losses.opd_token_advantages).
     plain = all(t == 1.0 for t in temps)
-    unit_BTV = z_BTV if plain else logits.float()  # (B, T, V) at temperature 1
+    unit_BTV = z_BTV if plain else logits.float()  # (B, T, V) at temperature 1, unmasked
     del logits
+    allowed_BTV = None if allowed is None else allowed(items, T, z_BTV.shape[-1], dev)
+    if allowed_BTV is not None:  # the constrained sampler's distribution (grammar_replay.py)
+        z_BTV = z_BTV.masked_fill(~allowed_BTV, float("-inf"))  # (B, T, V)
     lse_BT = torch.logsumexp(z_BTV, dim=-1)  # (B, T)
     logprobs_BT = z_BTV.gather(-1, target_BT[..., None]).squeeze(-1) - lse_BT  # (B, T)
-    unit_lse_BT = lse_BT if plain else torch.logsumexp(unit_BTV, dim=-1)  # (B, T)
+    same = plain and allowed_BTV is None  # unit_BTV is z_BTV
+    unit_lse_BT = lse_BT if same else torch.logsumexp(unit_BTV, dim=-1)  # (B, T)
     student_BT = None  # at temperature 1 the behaviour log-probs are the student's side
     if not plain:
         with torch.no_grad():

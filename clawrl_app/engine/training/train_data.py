@@ -9,10 +9,14 @@ only; r != 0 only -> RL only; neither -> no sample.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from clawrl_app.engine.chat.openai_schema import ApiError
 from clawrl_app.engine.chat.temperature import logprob_temperature
+from clawrl_app.engine.chat.tool_constraint import forced_call_schema
 from clawrl_app.engine.core.checkpoints import version_number
 from clawrl_app.engine.store import JudgmentRow, SampleRow, TurnRow
 from clawrl_app.engine.training.config import TOPK_METHODS
@@ -36,6 +40,9 @@ class TrainItem:
     policy_version: str
     teacher_topk_ids: list[list[int]] | None = None
     teacher_topk_logprobs: list[list[float]] | None = None
+    json_schema: str | None = None
+    """The forced tool call's JSON schema when the turn was sampled under one (tool_choice
+    "required" or a named function): the trainer replays it (`grammar_replay.py`)."""
 
     @property
     def tokens(self) -> int:
@@ -97,7 +104,22 @@ def build_item(
         policy_version=turn.policy_version,
         teacher_topk_ids=topk["ids"] if topk else None,
         teacher_topk_logprobs=topk["logprobs"] if topk else None,
+        json_schema=sampled_schema(turn.request),
     )
+
+
+def sampled_schema(request: dict[str, Any]) -> str | None:
+    """The JSON schema a recorded request's answer was decoded under (a forced tool call),
+    as the endpoint built it from the request's tools and tool_choice; None: unconstrained."""
+    tools = request.get("tools")
+    choice = request.get("tool_choice")
+    if not tools or choice in (None, "none", "auto"):
+        return None
+    try:
+        schema = forced_call_schema(tools, choice)
+    except ApiError:  # the endpoint accepted it, so this does not happen; no mask then
+        return None
+    return None if schema is None else json.dumps(schema)
 
 
 def micro_batches(items: Sequence[TrainItem], token_budget: int) -> list[list[TrainItem]]:

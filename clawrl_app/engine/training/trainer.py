@@ -42,6 +42,7 @@ from clawrl_app.engine.training.advantages import (
     ema_baseline_update,
 )
 from clawrl_app.engine.training.config import TrainerConfig
+from clawrl_app.engine.training.grammar_replay import GrammarReplay
 from clawrl_app.engine.training.lease import hold_trainer_lock, owner_alive
 from clawrl_app.engine.training.losses import OBJECTIVES, LossConfig
 from clawrl_app.engine.training.model_setup import (
@@ -131,6 +132,7 @@ class Trainer:
                 enable_checkpointing(base, adapter=cfg.mode != "full")
         model = self._wrap(base, parent_dir)
         model.train()
+        self.grammar = GrammarReplay(self.tokenizer)  # forced tool calls' masks
 
         def adamw(params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
             return torch.optim.AdamW(
@@ -364,7 +366,13 @@ class Trainer:
         for i, mb in enumerate(mbs):
             last = i == len(mbs) - 1
             with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
-                out = response_logprobs(self.model, mb, self.device, self.cfg.repeat_ngram)
+                out = response_logprobs(
+                    self.model,
+                    mb,
+                    self.device,
+                    self.cfg.repeat_ngram,
+                    allowed=self.grammar.allowed_BTV,
+                )
                 adv_B = advantages_from(out.rewards_B, out.has_reward_B, baseline)
                 batch = out.loss_batch()
                 if self.loss_cfg.kl_coef > 0:
@@ -382,7 +390,10 @@ class Trainer:
         (B, T) like `response_logprobs`: the KL anchor's reference."""
         peft_model = self.accelerator.unwrap_model(self.model)
         with torch.no_grad(), peft_model.disable_adapter():
-            return response_logprobs(self.model, items, self.device).logprobs_BT
+            out = response_logprobs(
+                self.model, items, self.device, allowed=self.grammar.allowed_BTV
+            )
+            return out.logprobs_BT
 
     def canary(self) -> list[dict[str, Any]]:
         """Log-probs of a fixed response to fixed prompts under the new weights."""

@@ -59,7 +59,17 @@ SYSTEM = (
     "You solve the user's question with the tools given. Call a tool by writing "
     '<tool_call>{{"name": "calculator", "arguments": {{"expression": "17 * 23"}}}}</tool_call>; '
     "its result comes back in the next message. When you know the answer, reply with "
-    "'Answer: \\boxed{{<answer>}}' and no tool call. Tools: {tools}. At most {turns} turns."
+    "'Answer: \\boxed{{<answer>}}' and no tool call, or call final_answer with it. "
+    "Tools: {tools}. At most {turns} turns."
+)
+ONE_STEP_SYSTEM = (
+    "You answer the user's question with exactly one tool call, using the numbers or the "
+    "key from the question; the tool's result is your answer. Tools: {tools}."
+)
+TWO_STEP_SYSTEM = (
+    "You answer the user's question with tools. First call the tool the question needs, "
+    "with the numbers from the question; its result comes back in the next message. Then "
+    "call final_answer with that result. Tools: {tools}. At most {turns} turns."
 )
 
 
@@ -115,7 +125,10 @@ class ToolcallEnv:
 
     def system_prompt(self, task: Task) -> str:
         names = ", ".join(s.name for s in self.tool_specs(task))
-        return SYSTEM.format(tools=names, turns=task.max_steps)
+        if task.data.get("one_step"):
+            return ONE_STEP_SYSTEM.format(tools=names)
+        template = TWO_STEP_SYSTEM if task.family == "calc_two" else SYSTEM
+        return template.format(tools=names, turns=task.max_steps)
 
     def reset(self, task: Task, *, seed: int | None = None) -> Observation:
         self.task, self.answer, self.boxed = task, None, False
@@ -130,6 +143,15 @@ class ToolcallEnv:
         return format_number(self._table[key])
 
     def step(self, action: Action) -> StepResult:
+        out = self._run_tool(action)
+        if self.task is not None and self.task.data.get("one_step") and not out.done:
+            # a one-step task (the curriculum): the first call's result is the answer
+            self.answer = None if out.observation.error else out.observation.text.strip()
+            self.boxed = self.answer is not None  # a result in the asked form (format bonus)
+            return StepResult(out.observation, done=True)
+        return out
+
+    def _run_tool(self, action: Action) -> StepResult:
         args = action.arguments
         if action.tool == "calculator":
             try:

@@ -5,6 +5,11 @@ the files; a test checks the shipped ones are exactly what this writes.
 
 Five families of 25 tasks: word_arith, unit_conversion, dates, number_theory, lookup.
 Every fifth task of a family is held out (`split = "heldout"`): never trained on.
+
+Then a curriculum within the embedded model's reach (a forced tool call only has to pick
+the tool and copy the numbers or the key from the question; `curriculum.py`): calc_one
+and lookup_one are one-step (the episode ends at the first call; its result is the
+answer), calc_two needs the call and then `final_answer` with its result.
 """
 
 from __future__ import annotations
@@ -164,10 +169,13 @@ def make_tasks(seed: int = 2026) -> list[dict[str, Any]]:
 
 def render() -> dict[str, str]:
     """File name -> exact content of the shipped pack."""
-    lines = [json.dumps(t, sort_keys=True) for t in make_tasks()]
+    from clawrl_app.envs.toolcall.curriculum import CURRICULUM_TABLE, curriculum_tasks
+
+    lines = [json.dumps(t, sort_keys=True) for t in make_tasks() + curriculum_tasks()]
     return {
         "tasks.jsonl": "\n".join(lines) + "\n",
-        "lookup_table.json": json.dumps(TABLE, indent=1, sort_keys=True) + "\n",
+        "lookup_table.json": json.dumps({**TABLE, **CURRICULUM_TABLE}, indent=1, sort_keys=True)
+        + "\n",
     }
 
 
@@ -175,7 +183,7 @@ def main() -> None:
     DATA.mkdir(parents=True, exist_ok=True)
     for name, text in render().items():
         (DATA / name).write_text(text)
-    print(f"wrote {len(make_tasks())} tasks to {DATA}")
+    print(f"wrote {render()['tasks.jsonl'].count(chr(10))} tasks to {DATA}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,52 @@
+"""`clawrl-app env` output a person can read: one line per training round that says when
+no group carries a signal, the engine's log lines in env.log (not on the terminal) unless
+-v, and the [envs] tool choice per env."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from clawrl_app.config import load_settings
+from clawrl_app.env_cli import _log_to_file, round_line
+from clawrl_app.envs.training import NO_SIGNAL, RoundReport
+from clawrl_app.paths import app_paths
+
+
+def test_a_round_line_says_when_no_group_varied() -> None:
+    flat = RoundReport(episodes=8, successes=0, groups=2, varied=0, seconds=12.3)
+    line = round_line(0, flat, 0)
+    assert line.startswith("round 1: 0/8 solved, groups with variance 0/2") and NO_SIGNAL in line
+    mixed = RoundReport(episodes=8, successes=3, groups=2, varied=1, signal=4)
+    assert NO_SIGNAL not in round_line(1, mixed, 1) and "4 samples with a signal" in round_line(
+        1, mixed, 1
+    )
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_engine_log_lines_go_to_the_log_file_unless_verbose(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], verbose: bool
+) -> None:
+    paths = app_paths(tmp_path)
+    root = logging.getLogger()
+    handler = logging.StreamHandler()  # the terminal, as `clawrl-app` sets it up
+    root.addHandler(handler)
+    try:
+        with _log_to_file(paths, verbose):
+            logging.getLogger("httpx").warning("HTTP Request: POST /v1/chat/completions")
+    finally:
+        root.removeHandler(handler)
+    err = capsys.readouterr().err
+    log_file = paths.log_dir / "env.log"
+    in_file = log_file.exists() and "HTTP Request" in log_file.read_text()
+    assert (("HTTP Request" in err), in_file) == ((True, False) if verbose else (False, True))
+
+
+def test_the_envs_tool_choice_has_per_env_overrides(tmp_path: Path) -> None:
+    toml = tmp_path / "config.toml"
+    toml.write_text('[envs]\ntool_choice_by_env = { terminal = "auto" }\n')
+    s = load_settings(toml, env={}).settings
+    assert s.envs.tool_choice_for("toolcall") == "required"
+    assert s.envs.tool_choice_for("terminal") == "auto"

@@ -1,0 +1,86 @@
+"""The toolcall curriculum (issue #27): held-out and train tasks never share a task, the
+held-out split has templates and values of its own, one-step tasks end at their first
+call with its result as the answer, and the two-step family needs `final_answer`."""
+
+from __future__ import annotations
+
+import re
+
+from clawrl_app.envs import make_env
+from clawrl_app.envs.base import EpisodeStatus
+from clawrl_app.envs.policies import ScriptedPolicy, tool_call
+from clawrl_app.envs.runner import run_episode
+from clawrl_app.envs.toolcall.curriculum import CALC_HELDOUT, CALC_TRAIN, LOOKUP_HELDOUT
+
+CURRICULUM = ("calc_one", "lookup_one", "calc_two")
+
+
+def _template(prompt: str) -> str:
+    """A prompt with its numbers and quoted key blanked: what a template looks like."""
+    return re.sub(r"\d+", "N", re.sub(r"'[^']*'", "K", prompt))
+
+
+def test_train_and_heldout_are_split_by_template_and_values() -> None:
+    tasks = [t for t in make_env("toolcall").tasks() if t.family in CURRICULUM]
+    assert {t.family for t in tasks} == set(CURRICULUM)
+    for fam in CURRICULUM:
+        train = [t for t in tasks if t.family == fam and t.split == "train"]
+        held = [t for t in tasks if t.family == fam and t.split == "heldout"]
+        assert len(train) == 18 and len(held) == 6
+        assert not {t.instruction for t in train} & {t.instruction for t in held}
+        train_templates = {_template(t.instruction) for t in train}
+        only_held = [t for t in held if _template(t.instruction) not in train_templates]
+        assert len(only_held) == 3, fam  # half of the held-out tasks: templates of their own
+        if fam == "lookup_one":  # the other half: keys no train task asks for
+            train_keys = {t.data["oracle"][0]["arguments"]["key"] for t in train}
+            new = [t for t in held if t not in only_held]
+            assert all(t.data["oracle"][0]["arguments"]["key"] not in train_keys for t in new)
+    held_prompts = {p for p, _ in CALC_HELDOUT} | set(LOOKUP_HELDOUT)
+    assert not held_prompts & {p for p, _ in CALC_TRAIN}
+
+
+def test_a_one_step_task_ends_at_its_first_call_with_the_result_as_the_answer() -> None:
+    env = make_env("toolcall")
+    task = next(t for t in env.tasks() if t.family == "calc_one")
+    expr = task.data["oracle"][0]["arguments"]["expression"]
+    right = run_episode(
+        make_env("toolcall"), task, ScriptedPolicy([tool_call("calculator", expression=expr)])
+    )
+    assert (right.status, right.reason, right.outcome_reward) == (
+        EpisodeStatus.COMPLETED,
+        "finished",
+        1.0,
+    )
+    assert len(right.turns) == 1
+    wrong = run_episode(
+        make_env("toolcall"), task, ScriptedPolicy([tool_call("calculator", expression="1 + 1")])
+    )
+    assert wrong.outcome_reward == -0.5 and len(wrong.turns) == 1  # answered, in the asked form
+    bad = run_episode(
+        make_env("toolcall"), task, ScriptedPolicy([tool_call("calculator", expression="1 +")])
+    )
+    assert bad.outcome_reward == -1.0 and bad.verdict and bad.verdict.details["given"] is None
+    lookup = next(t for t in env.tasks() if t.family == "lookup_one")
+    key = lookup.data["oracle"][0]["arguments"]["key"]
+    ok = run_episode(make_env("toolcall"), lookup, ScriptedPolicy([tool_call("lookup", key=key)]))
+    assert ok.outcome_reward == 1.0
+    assert "exactly one tool call" in env.system_prompt(lookup)
+
+
+def test_the_two_step_family_needs_final_answer_after_the_call() -> None:
+    env = make_env("toolcall")
+    task = next(t for t in env.tasks() if t.family == "calc_two")
+    expr = task.data["oracle"][0]["arguments"]["expression"]
+    answer = task.data["answer"]
+    repeat = [tool_call("calculator", expression=expr)] * 3  # what the base model does
+    looped = run_episode(make_env("toolcall"), task, ScriptedPolicy(repeat))
+    assert (looped.status, looped.outcome_reward) == (EpisodeStatus.TRUNCATED, -1.0)
+    solved = run_episode(
+        make_env("toolcall"),
+        task,
+        ScriptedPolicy(
+            [tool_call("calculator", expression=expr), tool_call("final_answer", answer=answer)]
+        ),
+    )
+    assert solved.outcome_reward == 1.0 and len(solved.turns) == 2
+    assert "final_answer" in env.system_prompt(task)
