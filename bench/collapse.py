@@ -250,6 +250,11 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
                 t_prompt = fmt.render(teacher_messages(m, user.correction))
                 with model.disable_adapter():
                     teacher = logprobs_of(model, t_prompt, resp, args.teacher_temperature)
+                    if args.hint_effect:  # the gap becomes what the hint changes in the base
+                        plain = logprobs_of(model, p, resp, args.teacher_temperature)
+                if args.hint_effect:
+                    now = logprobs_of(model, p, resp, 1.0)
+                    teacher = [t - b + s for t, b, s in zip(teacher, plain, now, strict=True)]
             items.append(TrainItem(
                 len(items), "s", p, resp, old, args.temperature, 1.0 if ok else -1.0, True,
                 teacher, "x",
@@ -301,6 +306,8 @@ def main() -> int:
                     help="extra TrainerConfig field, e.g. --set kl_coef=0.1")  # fmt: skip
     ap.add_argument("--no-teacher-on-loops", action="store_true",
                     help="a degenerate answer gets the reward only, no teacher")  # fmt: skip
+    ap.add_argument("--hint-effect", action="store_true",
+                    help="teacher gap = base with hint - base without it (not - the policy)")  # fmt: skip
     ap.add_argument("--opd-clip", type=float, default=None, help="bound of the teacher gap")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()

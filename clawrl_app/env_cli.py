@@ -90,7 +90,7 @@ def cmd_env(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -
     try:
         handlers = {"list": _list, "run": _run, "train": _train, "eval": _eval,
                     "import": _import, "trust": _trust}  # fmt: skip
-        with _log_to_file(paths, getattr(args, "verbose", False)):
+        with log_to_file(paths, getattr(args, "verbose", False)):
             return handlers[args.env_command](args, loaded, paths)
     except (ValueError, EngineClientError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -98,7 +98,7 @@ def cmd_env(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -
 
 
 @contextlib.contextmanager
-def _log_to_file(paths: AppPaths, verbose: bool) -> Iterator[None]:
+def log_to_file(paths: AppPaths, verbose: bool) -> Iterator[None]:
     """The engine's per-request INFO lines and the HTTP client's go to `env.log` in the log
     folder, not the terminal (where progress is printed); `-v` keeps them on the terminal."""
     import logging

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from clawrl_app.config import load_settings
-from clawrl_app.env_cli import _log_to_file, round_line
+from clawrl_app.env_cli import log_to_file, round_line
 from clawrl_app.envs.training import NO_SIGNAL, RoundReport
 from clawrl_app.paths import app_paths
 
@@ -34,7 +34,7 @@ def test_engine_log_lines_go_to_the_log_file_unless_verbose(
     handler = logging.StreamHandler()  # the terminal, as `clawrl-app` sets it up
     root.addHandler(handler)
     try:
-        with _log_to_file(paths, verbose):
+        with log_to_file(paths, verbose):
             logging.getLogger("httpx").warning("HTTP Request: POST /v1/chat/completions")
     finally:
         root.removeHandler(handler)

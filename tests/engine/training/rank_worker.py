@@ -20,9 +20,9 @@ forwarded: list[int] = []  # the sample ids this rank ran forward/backward on
 _forward = trainer_module.response_logprobs
 
 
-def counting_forward(model: Any, items: Any, device: Any) -> Any:
+def counting_forward(model: Any, items: Any, device: Any, *args: Any, **kwargs: Any) -> Any:
     forwarded.extend(it.sample_id for it in items)
-    return _forward(model, items, device)
+    return _forward(model, items, device, *args, **kwargs)
 
 
 def main(config: str, out: str) -> int:
