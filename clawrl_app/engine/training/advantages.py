@@ -17,12 +17,6 @@ from torch import Tensor
 BaselineKind = Literal["ema", "batch_mean", "none"]
 
 
-def _signal_mean_of(values_B: Tensor, signal_B: Tensor) -> Tensor:
-    """Mean of `values_B` over the flagged samples; 0 when none is."""
-    total = torch.where(signal_B, values_B, 0.0).sum()  # ()
-    return total / signal_B.sum().clamp(min=1)  # ()
-
-
 def _upcast(x: Tensor) -> Tensor:
     """At least float32 (float64 stays float64)."""
     return x.to(torch.promote_types(x.dtype, torch.float32))
@@ -49,7 +43,8 @@ def ema_baseline_update(
 
 def _signal_mean(rewards_B: Tensor, signal_B: Tensor) -> Tensor:
     """Mean reward over samples with an RL signal; 0 when there are none."""
-    return _signal_mean_of(rewards_B, signal_B)  # (B,) -> ()
+    total = torch.where(signal_B, rewards_B, 0.0).sum()  # ()
+    return total / signal_B.sum().clamp(min=1)  # ()
 
 
 _BASELINES: dict[str, Callable[[Tensor, Tensor, float | None], Tensor | float]] = {
