@@ -57,11 +57,15 @@ def training_engine(embedded_model: Any, tmp_path_factory: pytest.TempPathFactor
 def test_a_training_job_records_its_rounds(training_engine: Any) -> None:
     base, store = training_engine.base, training_engine.engine.store
     body = {"kind": "train", "env": "toolcall", "steps": 1, "group_size": 2,
-            "tasks_per_round": 1, "max_rounds": 2}  # fmt: skip
+            "tasks_per_round": 1, "max_rounds": 2, "families": ["nope"]}  # fmt: skip
+    r = httpx.post(f"{base}/admin/env/job", json=body, timeout=30)
+    assert r.status_code == 409 and "calc_one" in r.json()["error"]["message"]  # lists them
+    body["families"] = ["calc_one"]
     r = httpx.post(f"{base}/admin/env/job", json=body, timeout=30)
     assert r.status_code == 200, r.text
     started = r.json()["job"]
     assert started["kind"] == "train" and started["state"] in ("starting", "running")
+    assert started["families"] == ["calc_one"]
     again = httpx.post(f"{base}/admin/env/job", json=body, timeout=30)
     assert again.status_code == 409 and "a job is running" in again.json()["error"]["message"]
 
@@ -75,6 +79,7 @@ def test_a_training_job_records_its_rounds(training_engine: Any) -> None:
     assert job["live"] and job["live"]["turns"] and job["live"]["result"]
     trained = [e for e in store.list_episodes(env="toolcall") if e.split == "train"]
     assert len(trained) == job["episodes"] and all(e.trained for e in trained)
+    assert all(e.task_id.startswith("calc_one-") for e in trained)  # only the family asked
 
 
 def test_a_stopped_job_ends_and_trains_nothing_cut_off(

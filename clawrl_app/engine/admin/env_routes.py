@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -81,6 +81,10 @@ class JobIn(_Strict):
     max_tokens: int | None = Field(default=None, ge=1, le=32_768)
     max_rounds: int = Field(default=50, ge=1, le=100_000)
     seed: int = Field(default=0, ge=0, le=2**31)
+    families: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
+        default_factory=list, max_length=64
+    )
+    """Only these task families (`GET /admin/env/overview` lists them); empty: all."""
 
 
 def _validated(model: type[_M], body: Any, what: str) -> _M:
@@ -188,10 +192,12 @@ def env_router(engine: EngineView, max_body_bytes: int = 8 * 1024 * 1024) -> API
 
     @router.post("/job")
     async def post_job(request: Request) -> dict[str, Any]:
-        """Start an env-training or evaluation job: {kind, env, steps | split, limit, ...}."""
+        """Start an env-training or evaluation job: {kind, env, steps | split, limit, families, ...}."""
         body = _validated(JobIn, await read_json(request, max_body_bytes), "env job")
         try:
-            job = await asyncio.to_thread(jobs().start, JobRequest(**body.model_dump()))
+            fields = body.model_dump()
+            fields["families"] = tuple(fields["families"])
+            job = await asyncio.to_thread(jobs().start, JobRequest(**fields))
         except JobRefused as exc:
             raise ApiError(409, f"{exc}.", type="invalid_request_error") from exc
         return {"job": job}

@@ -90,7 +90,7 @@ class _Job:
             "id": self.id, "kind": r.kind, "env": r.env, "state": self.state,
             "started": self.started, "finished": self.finished, "error": self.error,
             "steps": r.steps if r.kind == "train" else None,
-            "split": r.split if r.kind == "eval" else "train",
+            "split": r.split if r.kind == "eval" else "train", "families": list(r.families),
             "checkpoints": self.checkpoints, "episodes": self.episodes,
             "successes": self.successes, "aborted": self.aborted,
             "success_rate": self.successes / self.episodes if self.episodes else None,
@@ -185,7 +185,7 @@ class EnvJobs:
     # -- commands -------------------------------------------------------------------------
     def start(self, request: JobRequest) -> dict[str, Any]:
         """Start a job; JobRefused says why it cannot."""
-        from clawrl_app.envs import env_names
+        from clawrl_app.envs import env_names, make_env
 
         if request.kind not in ("train", "eval"):
             raise JobRefused("kind must be train or eval")
@@ -196,6 +196,14 @@ class EnvJobs:
                 "training is off (train.enabled = false): turn it on in the config, or "
                 "start an evaluation instead"
             )
+        if request.families:
+            known = {t.family for t in make_env(request.env, allow_unsafe=True).tasks()}
+            unknown = sorted(set(request.families) - known)
+            if unknown:
+                raise JobRefused(
+                    f"{request.env} has no task family {', '.join(unknown)}; "
+                    f"its families: {', '.join(sorted(known))}"
+                )
         need = NEEDS.get(request.env)
         if need is not None and not self.requirements()[need]["ok"]:
             raise JobRefused(

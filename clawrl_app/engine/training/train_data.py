@@ -18,7 +18,7 @@ from clawrl_app.engine.chat.openai_schema import ApiError
 from clawrl_app.engine.chat.temperature import logprob_temperature
 from clawrl_app.engine.chat.tool_constraint import forced_call_schema
 from clawrl_app.engine.core.checkpoints import version_number
-from clawrl_app.engine.store import JudgmentRow, SampleRow, TurnRow
+from clawrl_app.engine.store import ENV_SOURCE_PREFIX, JudgmentRow, SampleRow, TurnRow
 from clawrl_app.engine.training.config import TOPK_METHODS
 from clawrl_app.engine.training.losses import needs_reward
 from clawrl_app.privacy.redact import NOT_TRAINABLE_REASON
@@ -43,6 +43,9 @@ class TrainItem:
     json_schema: str | None = None
     """The forced tool call's JSON schema when the turn was sampled under one (tool_choice
     "required" or a named function): the trainer replays it (`grammar_replay.py`)."""
+    centred: bool = False
+    """The reward is already an advantage (an env turn's group-relative value): the trainer
+    subtracts no baseline from it and leaves it out of the batch's baseline."""
 
     @property
     def tokens(self) -> int:
@@ -105,7 +108,14 @@ def build_item(
         teacher_topk_ids=topk["ids"] if topk else None,
         teacher_topk_logprobs=topk["logprobs"] if topk else None,
         json_schema=sampled_schema(turn.request),
+        centred=is_centred(judgment),
     )
+
+
+def is_centred(judgment: JudgmentRow) -> bool:
+    """An env rollout's reward (judged by `env:<name>`, not overridden by a user's rating) is
+    its group-relative advantage already (`envs/rewards.py`)."""
+    return judgment.backend.startswith(ENV_SOURCE_PREFIX) and judgment.user_rating is None
 
 
 def sampled_schema(request: dict[str, Any]) -> str | None:

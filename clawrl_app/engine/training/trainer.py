@@ -308,8 +308,8 @@ class Trainer:
         if self.ranks.main:
             print(json.dumps({"event": "step_started", "step": self.step + 1}), flush=True)
         self.baseline = (
-            ema_baseline_update(self.baseline, [it.reward for it in items if it.has_reward])
-            if any(it.has_reward for it in items)
+            ema_baseline_update(self.baseline, [it.reward for it in plain])
+            if (plain := [it for it in items if it.has_reward and not it.centred])
             else self.baseline
         )
         parts, grad_norm = self._update(items)
@@ -352,10 +352,11 @@ class Trainer:
         one only), clip, AdamW step. Returns each micro-batch's (share of the global
         batch, loss, stats) and the gradient norm."""
         self.optimizer.zero_grad(set_to_none=True)
+        plain = [it for it in items if not it.centred]  # env rewards are advantages already
         baseline = batch_baseline(
             self.cfg.baseline,  # type: ignore[arg-type]
-            [it.reward for it in items],
-            [it.has_reward for it in items],
+            [it.reward for it in plain],
+            [it.has_reward for it in plain],
             self.baseline,
         )  # over the global batch, before it is split
         world = self.ranks.world
@@ -373,7 +374,8 @@ class Trainer:
                     self.cfg.repeat_ngram,
                     allowed=self.grammar.allowed_BTV,
                 )
-                adv_B = advantages_from(out.rewards_B, out.has_reward_B, baseline)
+                base_B = torch.tensor([0.0 if it.centred else baseline for it in mb])
+                adv_B = advantages_from(out.rewards_B, out.has_reward_B, base_B.to(self.device))
                 batch = out.loss_batch()
                 if self.loss_cfg.kl_coef > 0:
                     batch = replace(batch, ref_logprobs_BT=self.base_logprobs(mb))

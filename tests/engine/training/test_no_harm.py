@@ -5,7 +5,10 @@ LoRA, lr 5e-4 as the CPU plan sets it) on answers the policy itself samples.
    (`batch_mean`) the reward term does not push at all. Under the old default (`ema`), after
    one mixed batch the moving baseline sits above -1, and an all-negative batch pushes every
    sampled token down (what turned a user's "too long" into loops, issue #29).
-2. Steps on all-negative feedback with the user's correction as the teacher's hint, answers
+2. An env rollout's reward is its group-relative advantage already: the trainer takes no
+   baseline from it (a partial group in a batch would otherwise be shifted) and leaves it out
+   of the chat samples' baseline.
+3. Steps on all-negative feedback with the user's correction as the teacher's hint, answers
    sampled at the server's default temperature (0.2) and too long for the user: greedy
    answers to fixed prompts do not become degenerate (repeated phrases, loops).
 """
@@ -22,9 +25,10 @@ import torch
 from clawrl_app.degeneration import score as degeneration
 from clawrl_app.engine.chat.formatter import ChatFormatter, eos_token_ids
 from clawrl_app.engine.judging.prompts import teacher_messages
+from clawrl_app.engine.store import JudgmentRow
 from clawrl_app.engine.training.config import TrainerConfig
 from clawrl_app.engine.training.policy_forward import response_logprobs
-from clawrl_app.engine.training.train_data import TrainItem
+from clawrl_app.engine.training.train_data import TrainItem, is_centred
 from clawrl_app.engine.training.trainer import Trainer
 from clawrl_app.models import ResolvedModel
 
@@ -125,6 +129,30 @@ def test_a_batch_without_contrast_does_not_push_under_the_default_baseline(
     tr.cfg = replace(tr.cfg, baseline="ema")
     negative = [item(tr, q, long, -1.0, 1.0, None) for q in QUESTIONS[4:8]]
     assert tr.train_step(negative)["optim/grad_norm"] > 0.05
+
+
+def judged(backend: str, rating: int | None) -> JudgmentRow:
+    return JudgmentRow(1, 1, backend, [], 0.5, 0.5, None, [], None, None, rating, None, 0.0)
+
+
+def test_env_rewards_are_advantages_already_and_take_no_baseline(
+    tmp_path: Path, embedded_model: ResolvedModel
+) -> None:
+    assert is_centred(judged("env:toolcall", None))
+    assert not is_centred(judged("env:toolcall", 1))  # the user's rating is a plain reward
+    assert not is_centred(judged("heuristic", None))
+    tr = make_trainer(tmp_path, embedded_model)
+    tok = tr.tokenizer
+    short = list(tok("Plants make food from light.", add_special_tokens=False)["input_ids"])
+    # two winners of a group whose losers are in another batch: +0.5 each
+    winners = [item(tr, q, short, 0.5, 1.0, None) for q in QUESTIONS[:2]]
+    assert tr.train_step(winners)["optim/grad_norm"] == 0.0  # as chat rewards: mean removed
+    winners = [replace(it, centred=True) for it in winners]
+    assert tr.train_step(winners)["optim/grad_norm"] > 0  # as env advantages: pushed up
+    # beside them, two chat samples keep their own baseline (+1 and -1: mean 0)
+    chat = [item(tr, QUESTIONS[2], short, 1.0, 1.0, None)]
+    chat += [item(tr, QUESTIONS[3], short, -1.0, 1.0, None)]
+    assert tr.train_step(chat + winners)["adv/mean"] > 0.2  # (+1, -1, +0.5, +0.5) / 4
 
 
 @pytest.mark.timeout(600)
