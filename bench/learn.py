@@ -346,6 +346,9 @@ def _sample_states(store: Any, prefix: str) -> dict[str, int]:
         if sess.id.startswith(prefix):
             for smp in store.samples_for_session(sess.id):
                 states[smp.state] = states.get(smp.state, 0) + 1
+                if smp.state == "skipped":  # why, by the reason's first words
+                    why = "skipped: " + " ".join(str(smp.skip_reason).split()[:5])
+                    states[why] = states.get(why, 0) + 1
     return states
 
 

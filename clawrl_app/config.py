@@ -158,6 +158,17 @@ class JudgeSettings(_Section):
     """API key for that judge endpoint (prefer the env var CLAWRL_JUDGE__OPENAI_API_KEY)."""
     teacher: Literal["base", "policy"] = "base"
     """OPD teacher: the frozen base model (adapter off) or the current policy (self-distillation)."""
+    teacher_check_prompts: int = Field(default=12, ge=0, le=64)
+    """Before a hint teaches, the teacher answers this many of your prompts (the turn's own
+    and your newest) with the hint and without it; a hint it loops with more often trains
+    by reward only (0 = off; fewer than 4 prompts so far: the hint is trusted)."""
+    teacher_check_max_rise: float = Field(default=0.25, ge=0.0, le=1.0)
+    """How much more often the teacher's answers may be degenerate with the hint than
+    without it (0.25: three more of 12 prompts; four more and the hint trains by reward
+    only). Measured: calm/plain's hint 0.08 -> 0.42, bullets' 0.00 -> 0.17 (it still
+    teaches the format), brevity's 0.00 -> 0.00 (`bench/teacher_check.py`)."""
+    teacher_check_max_tokens: int = Field(default=160, ge=1)
+    """Longest answer of that check (each prompt at the budget its request set, at most this)."""
     custom_reward_path: str | None = None
     """A Python file defining reward(turn, next_state, context); it replaces the judge."""
 

@@ -42,6 +42,7 @@ from clawrl_app.engine.core.events import (
 from clawrl_app.engine.environments.jobs import EnvJobs
 from clawrl_app.engine.judging.feedback import Feedback, apply_feedback, parse_feedback
 from clawrl_app.engine.judging.judge import JudgeLoop, build_judge
+from clawrl_app.engine.judging.teacher_check import TeacherCheck
 from clawrl_app.engine.publishing.guard import RegressionGuard
 from clawrl_app.engine.publishing.publisher import Publisher
 from clawrl_app.engine.publishing.retention import prune
@@ -219,6 +220,15 @@ class Engine:
             grace_s=s.review.grace_s,
             events=self._emit,
             topk=TOPK_OPD_K if s.train.method in TOPK_METHODS else 0,
+            teacher_check=TeacherCheck(
+                self.store,
+                backend,
+                self.service.formatter,
+                prompts=s.judge.teacher_check_prompts,
+                max_rise=s.judge.teacher_check_max_rise,
+                max_tokens=s.judge.teacher_check_max_tokens,
+                default_tokens=s.server.default_max_tokens,
+            ),
         )
         app = create_app(
             self.service,

@@ -34,6 +34,7 @@ from clawrl_app.engine.judging.prompts import (
     prm_messages,
     teacher_messages,
 )
+from clawrl_app.engine.judging.teacher_check import TeacherCheck
 from clawrl_app.engine.judging.votes import majority_vote, parse_boxed, parse_hint_vote, select_hint
 from clawrl_app.engine.store import SampleRow, Store, TurnRow
 from clawrl_app.engine.store.faults import log_failure
@@ -287,8 +288,10 @@ class JudgeLoop:
         grace_s: float,
         events: EventSink | None = None,
         topk: int = 0,
+        teacher_check: TeacherCheck | None = None,
     ) -> None:
         self.store = store
+        self.teacher_check = teacher_check
         self.backend = backend
         self.formatter = formatter
         self.judge = judge
@@ -333,6 +336,18 @@ class JudgeLoop:
                     self.teacher_version(),
                     self.topk,
                 )
+            rule = verdict.hint_rule
+            if teacher is not None and self.teacher_check is not None:
+                checked = await self.teacher_check.verdict(
+                    str(verdict.hint), turn, self.teacher_version() or "base"
+                )
+                if checked.with_hint is not None:
+                    self.store.add_metric(
+                        sample.id, "judge/teacher_trusted", float(checked.trusted)
+                    )
+                if not checked.trusted:  # this hint would teach loops: reward only
+                    log.info("sample %s: %s", sample.id, checked.summary())
+                    teacher, topk, rule = None, None, checked.summary()
         except Exception as exc:  # user plugin or judge endpoint failure: retried later
             self.failed += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
@@ -347,7 +362,7 @@ class JudgeLoop:
             verdict.score,
             hint,
             verdict.hint_candidates,
-            verdict.hint_rule,
+            rule,
             teacher,
             eligible_at=time.time() + self.grace_s,
         )

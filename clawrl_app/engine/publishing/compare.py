@@ -17,12 +17,11 @@ import asyncio
 import difflib
 import json
 import re
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clawrl_app.engine.backends.base import GenerationRequest, SamplingParams, TokenOut
+from clawrl_app.engine.backends.greedy import NoRoom, greedy_answer
 from clawrl_app.engine.chat.messages import message_text
 from clawrl_app.engine.core.checkpoints import checkpoint_problem
 from clawrl_app.engine.publishing.rollback import USABLE
@@ -196,19 +195,10 @@ async def answer(
     backend: Backend, formatter: ChatFormatter, version: str, messages: Messages, max_tokens: int
 ) -> str:
     """One greedy answer of `version` on the background lane, never recorded."""
-    ids = formatter.render(messages)
-    room = backend.info().context_length - len(ids)
-    if room < 1:
-        raise CompareError(f"a prompt of {len(ids)} tokens leaves no room for an answer")
-    req = GenerationRequest(
-        f"compare-{uuid.uuid4().hex[:12]}",
-        ids,
-        SamplingParams(max(1, min(max_tokens, room)), temperature=0.0),
-        version=version,
-        background=True,
-    )
-    out = [ev.token_id async for ev in backend.generate(req) if isinstance(ev, TokenOut)]
-    return formatter.decode(out)
+    try:
+        return await greedy_answer(backend, formatter, version, messages, max_tokens)
+    except NoRoom as exc:
+        raise CompareError(str(exc)) from None
 
 
 def compare_item(messages: Messages, a: str, b: str) -> dict[str, Any]:

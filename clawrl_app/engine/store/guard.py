@@ -49,7 +49,7 @@ class UserPrompt:
     max_tokens: int | None
 
 
-def _budget(request: dict[str, Any]) -> int | None:
+def request_budget(request: dict[str, Any]) -> int | None:
     """The request's max_completion_tokens or max_tokens, when a positive integer."""
     for key in ("max_completion_tokens", "max_tokens"):
         value = request.get(key)
@@ -97,7 +97,7 @@ class GuardMixin(StoreBase):
             key = json.dumps(messages, sort_keys=True)
             if messages and plain and key not in seen:
                 seen.add(key)
-                out.append(UserPrompt(int(tid), messages, _budget(request)))
+                out.append(UserPrompt(int(tid), messages, request_budget(request)))
             if len(out) == limit:
                 break
         return out

@@ -1,0 +1,41 @@
+"""One greedy answer of a policy version on the background lane, never recorded: what the
+side-by-side compare, the regression guard and the judge's teacher check ask."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from clawrl_app.engine.backends.base import GenerationRequest, SamplingParams, TokenOut
+
+if TYPE_CHECKING:
+    from clawrl_app.engine.backends.base import Backend
+    from clawrl_app.engine.chat.formatter import ChatFormatter
+
+
+class NoRoom(ValueError):
+    """The prompt fills the model's context: no answer fits."""
+
+
+async def greedy_answer(
+    backend: Backend,
+    formatter: ChatFormatter,
+    version: str,
+    messages: list[dict[str, Any]],
+    max_tokens: int,
+) -> str:
+    """`version`'s greedy answer to `messages` (at most `max_tokens`, and what the context
+    leaves), on the background lane so user requests go first; NoRoom when none fits."""
+    ids = formatter.render(messages)
+    room = backend.info().context_length - len(ids)
+    if room < 1:
+        raise NoRoom(f"a prompt of {len(ids)} tokens leaves no room for an answer")
+    req = GenerationRequest(
+        f"side-{uuid.uuid4().hex[:12]}",
+        ids,
+        SamplingParams(max(1, min(max_tokens, room)), temperature=0.0),
+        version=version,
+        background=True,
+    )
+    out = [ev.token_id async for ev in backend.generate(req) if isinstance(ev, TokenOut)]
+    return formatter.decode(out)
