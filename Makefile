@@ -12,7 +12,7 @@ comma      := ,
 BNB_PIN    := $(if $(HAS_NVIDIA),bitsandbytes>=0.45,bitsandbytes>=0.45$(comma)<0.48)
 IS_X86_LINUX := $(shell [ "$$(uname -s)/$$(uname -m)" = Linux/x86_64 ] && echo yes)
 
-.PHONY: run test check bench venv clean system-deps llamacpp
+.PHONY: run test check bench venv clean system-deps llamacpp sglang
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,31 @@ llamacpp: | $(BIN)/python
 
 venv: $(VENV)/.installed
 
+# The GPU serving backend: on a machine with an NVIDIA GPU, `make run` installs SGLang (the
+# version the contract tests follow) into its own environment, as its torch pin must not
+# replace the app's, and names that interpreter in $(VENV)/clawrl-sglang-python, where the
+# app looks when hardware.sglang_python is not set. A failed install prints why and the
+# torch backend serves; SGLANG=0 skips it. `clawrl-app doctor` says which one serves.
+SGLANG_PIN  := sglang[all]==0.5.23
+SGLANG_VENV := .venv-sglang
+SGLANG      ?= $(if $(HAS_NVIDIA),1,0)
+sglang: | $(BIN)/python
+	@if [ -f $(SGLANG_VENV)/.installed ]; then \
+	  echo "$(abspath $(SGLANG_VENV))/bin/python" > $(VENV)/clawrl-sglang-python; exit 0; fi; \
+	echo ">> installing $(SGLANG_PIN) into $(SGLANG_VENV) for GPU serving (several minutes, once)"; \
+	{ $(PYTHON) -m venv $(SGLANG_VENV) && $(SGLANG_VENV)/bin/python -m pip install --upgrade pip && \
+	  $(SGLANG_VENV)/bin/python -m pip install "$(SGLANG_PIN)"; } > $(SGLANG_VENV).log 2>&1 & \
+	pid=$$!; while kill -0 $$pid 2>/dev/null; do sleep 15; \
+	  last=$$(grep -oE '^(Collecting|Downloading|Installing collected|Building wheel for) [^ ]+' $(SGLANG_VENV).log | tail -1); \
+	  echo "   sglang: $${last:-(starting)}"; done; \
+	if wait $$pid && $(SGLANG_VENV)/bin/python -c "import sglang" >/dev/null 2>&1; then \
+	  touch $(SGLANG_VENV)/.installed; \
+	  echo "$(abspath $(SGLANG_VENV))/bin/python" > $(VENV)/clawrl-sglang-python; \
+	  echo ">> SGLang installed: it serves on the GPU"; \
+	else rm -f $(VENV)/clawrl-sglang-python; \
+	  echo "!! installing $(SGLANG_PIN) failed (last lines of $(SGLANG_VENV).log below): the torch backend serves instead"; \
+	  tail -5 $(SGLANG_VENV).log; fi
+
 # The agentic environments run commands in bubblewrap (and code repair needs git): installed
 # with apt-get when we are root on Debian/Ubuntu (CI), else one line says the command.
 system-deps:
@@ -68,7 +93,7 @@ system-deps:
 	  fi; \
 	fi
 
-run: $(VENV)/.installed system-deps
+run: $(VENV)/.installed system-deps $(if $(filter 1,$(SGLANG)),sglang)
 	$(BIN)/clawrl-app launch
 
 # The import contracts (pyproject.toml) are checked first: a broken layer fails in seconds.
@@ -92,4 +117,4 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/serve.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SGLANG_VENV) $(SGLANG_VENV).log .pytest_cache .mypy_cache .ruff_cache

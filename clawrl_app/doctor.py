@@ -15,11 +15,28 @@ from clawrl_app.config import Settings
 from clawrl_app.paths import AppPaths
 
 if TYPE_CHECKING:
+    from clawrl_app.gpu_inventory import Inventory
     from clawrl_app.hardware import Plan
 
 LOW_DISK_GIB = 2.0
 """Below this much free space in the data folder, doctor warns (turns stop being recorded
 when the disk is full; a LoRA checkpoint of a 7B model is ~100 MB, a full one ~15 GB)."""
+
+
+def sglang_line(inv: Inventory, settings: Settings) -> str:
+    """Where SGLang would run from, or why it would not (and what to do)."""
+    if settings.hardware.sglang_python:
+        return f"{settings.hardware.sglang_python} (hardware.sglang_python)"
+    if inv.sglang_installed:
+        return f"{inv.sglang_installed} (installed by `make run`)"
+    if inv.sglang_available:
+        return "importable in this environment"
+    if inv.gpus:
+        return (
+            "not installed: `make run` installs it on NVIDIA machines (its log: "
+            ".venv-sglang.log); meanwhile the torch backend serves"
+        )
+    return "not needed (no NVIDIA GPU: llama.cpp or torch serve on the CPU)"
 
 
 def run_doctor(settings: Settings, paths: AppPaths, *, resolve: bool = True) -> int:
@@ -36,10 +53,7 @@ def run_doctor(settings: Settings, paths: AppPaths, *, resolve: bool = True) -> 
             print(f"  GPU {g.index}: {g.name}, {g.memory_gib:.0f} GiB")
     else:
         print("  GPUs: none found (nvidia-smi absent or no device)")
-    sglang = (
-        "yes" if inv.sglang_available else "no (pip install clawrl-app[sglang] on a GPU machine)"
-    )
-    print(f"  sglang importable: {sglang}")
+    print(f"  sglang: {sglang_line(inv, settings)}")
     has_llama = llamacpp_installed()
     print(f"  llama.cpp importable: {'yes' if has_llama else f'no ({INSTALL})'}")
     print("\nModel")

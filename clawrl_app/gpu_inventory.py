@@ -10,8 +10,10 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from clawrl_app.memory_model import GIB
 
@@ -35,6 +37,8 @@ class Inventory:
     sglang_available: bool
     cpu_count: int
     ram_gib: float
+    sglang_installed: str | None = None
+    """The interpreter of the SGLang environment `make run` installed (`SGLANG_MARKER`)."""
 
 
 def parse_nvidia_smi(text: str) -> tuple[GPU, ...]:
@@ -121,6 +125,22 @@ def _ram_gib() -> float:
         return 0.0
 
 
+SGLANG_MARKER = "clawrl-sglang-python"
+"""On an NVIDIA machine `make run` installs SGLang into its own environment (its torch pin
+must not replace the app's) and writes that interpreter's path to this file in the app's
+environment (`sys.prefix`)."""
+
+
+def installed_sglang(prefix: str | None = None) -> str | None:
+    """The interpreter `make run` installed SGLang for, when its marker names one that exists."""
+    marker = Path(prefix or sys.prefix) / SGLANG_MARKER
+    try:
+        python = marker.read_text().strip()
+    except OSError:
+        return None
+    return python if python and Path(python).is_file() else None
+
+
 def inventory() -> Inventory:
     """Probe GPUs (nvidia-smi, else torch.cuda), the sglang package, CPU cores and RAM."""
     cuda_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -130,4 +150,4 @@ def inventory() -> Inventory:
         gpus = _torch_gpus(cuda_visible)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     has_sglang = importlib.util.find_spec("sglang") is not None
-    return Inventory(gpus, has_sglang, cpus or 1, _ram_gib())
+    return Inventory(gpus, has_sglang, cpus or 1, _ram_gib(), installed_sglang())

@@ -146,9 +146,15 @@ def _judge_backend(model: ModelInfo, settings: Settings, reasons: list[str]) -> 
     return "policy"
 
 
+def sglang_python(inv: Inventory, hw: HardwareSettings) -> str | None:
+    """The interpreter that runs SGLang: `hardware.sglang_python`, else the environment
+    `make run` installed; None: the app's own (when sglang imports there)."""
+    return hw.sglang_python or inv.sglang_installed
+
+
 def _choose_backend(inv: Inventory, hw: HardwareSettings, n: int, reasons: list[str]) -> Backend:
-    have_sglang = inv.sglang_available or hw.sglang_python is not None
-    install = "`pip install 'clawrl-app[sglang]'` or set hardware.sglang_python"
+    have_sglang = inv.sglang_available or sglang_python(inv, hw) is not None
+    install = "run `make run` (it installs SGLang on NVIDIA machines) or set hardware.sglang_python"
     if n == 0 and hw.backend == "sglang":
         raise PlanError("hardware.backend = sglang needs a GPU and none is in use; use torch/auto.")
     if n == 0:
@@ -159,7 +165,14 @@ def _choose_backend(inv: Inventory, hw: HardwareSettings, n: int, reasons: list[
     if hw.backend == "torch":
         reasons.append("Backend: torch, as set in hardware.backend (in-process transformers).")
     elif have_sglang:
-        reasons.append("Backend: SGLang serves on the GPU (installed, fastest).")
+        where = (
+            "hardware.sglang_python"
+            if hw.sglang_python
+            else "the environment `make run` installed"
+            if inv.sglang_installed
+            else "this environment"
+        )
+        reasons.append(f"Backend: SGLang serves on the GPU (installed in {where}; fastest).")
         return "sglang"
     else:
         reasons.append(f"Backend: torch, as SGLang is not installed; for faster serving {install}.")

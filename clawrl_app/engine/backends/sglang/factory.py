@@ -14,6 +14,7 @@ from clawrl_app.engine.backends.sglang.launch import (
     SGLangServer,
     build_launch_command,
 )
+from clawrl_app.gpu_inventory import installed_sglang
 from clawrl_app.hardware import Plan
 from clawrl_app.models import ResolvedModel
 from clawrl_app.paths import AppPaths
@@ -46,7 +47,7 @@ def build_sglang_backend(
     port = free_port()
     key = secrets.token_urlsafe(24)  # the child is ours alone: a fresh key per launch
     argv, env = build_launch_command(
-        settings.hardware.sglang_python or sys.executable,
+        settings.hardware.sglang_python or installed_sglang() or sys.executable,
         str(model.path),
         model.name,
         port,
