@@ -136,6 +136,32 @@ class StandinState:
     """When set, `GET /model_info` answers 500 (what SGLang serves cannot be read back)."""
     loop_period: int = 0
     """> 0: the model is stuck in a loop, repeating its first `loop_period` tokens forever."""
+    max_loaded_loras: int | None = None
+    """`--max-loaded-loras`: loading past it evicts the least recently used adapter, which
+    the next request naming it reloads from its folder (an error once the folder is gone);
+    unloading an evicted adapter answers "not loaded", as SGLang 0.5.23 does."""
+    evicted: dict[str, str] = field(default_factory=dict)
+    """Adapters evicted and not reloaded yet: name -> folder."""
+    evictions: list[str] = field(default_factory=list)
+    reloads: list[str] = field(default_factory=list)
+    lora_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """SGLang serialises load and unload under one lock: a load waits behind an unload that
+    waits for its adapter's requests."""
+
+    def use(self, name: str) -> None:
+        """`name` was just used: the most recently used adapter (dict order is the LRU)."""
+        self.adapters[name] = self.adapters.pop(name)
+
+    def make_room(self) -> None:
+        """Evict least recently used adapters (none running) until one more fits."""
+        if self.max_loaded_loras is None:
+            return
+        for name in list(self.adapters):
+            if len(self.adapters) < self.max_loaded_loras:
+                return
+            if name not in self.running.values():
+                self.evicted[name] = self.adapters.pop(name)
+                self.evictions.append(name)
 
     def reset(self) -> None:
         """Forget adapters, recordings and knobs; keep the key and the model's names."""
@@ -205,6 +231,12 @@ def create_app(state: StandinState) -> FastAPI:
         if seed is not None and not state.deterministic:
             state.ignored_seeds.append(seed)
         adapter = body.get("lora_path")
+        if adapter in state.evicted and os.path.exists(state.evicted[adapter]):
+            state.make_room()  # a request naming an evicted adapter reloads it from disk
+            state.adapters[adapter] = state.evicted.pop(adapter)
+            state.reloads.append(adapter)
+        elif adapter in state.adapters:
+            state.use(adapter)
         missing = adapter is not None and adapter not in state.adapters
         message = f"The following requested LoRA adapters are not loaded: {adapter}"
         if not body.get("stream"):
@@ -219,24 +251,29 @@ def create_app(state: StandinState) -> FastAPI:
         name, path = body.get("lora_name"), body.get("lora_path")
         if set(body) - {"lora_name", "lora_path", "pinned"} or not name or not path:
             return _lora_reply(False, f"invalid load_lora_adapter body: {body}")
-        if name in state.adapters:
-            return _lora_reply(False, f"LoRA adapter {name} is already loaded")
-        if not os.path.exists(path):
-            return _lora_reply(False, f"LoRA path {path} does not exist")
-        state.adapters[name] = path
-        return _lora_reply(True, None, state.adapters)
+        async with state.lora_lock:
+            if name in state.adapters:
+                return _lora_reply(False, f"LoRA adapter {name} is already loaded")
+            if not os.path.exists(path):
+                return _lora_reply(False, f"LoRA path {path} does not exist")
+            state.make_room()
+            state.evicted.pop(name, None)
+            state.adapters[name] = path
+            return _lora_reply(True, None, state.adapters)
 
     @app.post("/unload_lora_adapter")
     async def unload_lora_adapter(request: Request) -> JSONResponse:
         body = await read_body(request, "/unload_lora_adapter")
         name = body.get("lora_name")
-        if set(body) != {"lora_name"} or name not in state.adapters:
-            return _lora_reply(False, f"LoRA adapter {name} is not loaded")
-        while name in state.running.values():  # SGLang waits for the adapter's requests
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(state.unload_delay_s)
-        del state.adapters[name]
-        return _lora_reply(True, None, state.adapters)
+        async with state.lora_lock:
+            if set(body) != {"lora_name"} or name not in state.adapters:
+                state.evicted.pop(name, None)  # an evicted one is not loaded: the same answer
+                return _lora_reply(False, f"LoRA adapter {name} is not loaded")
+            while name in state.running.values():  # SGLang waits for the adapter's requests
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(state.unload_delay_s)
+            del state.adapters[name]
+            return _lora_reply(True, None, state.adapters)
 
     @app.post("/pause_generation")
     async def pause_generation(request: Request) -> JSONResponse:
@@ -500,6 +537,7 @@ def main(argv: list[str] | None = None) -> None:
         served_name=args.served_model_name,
         ready_at=time.monotonic() + args.startup_delay,
         deterministic=args.enable_deterministic_inference,
+        max_loaded_loras=args.max_loaded_loras,
     )
     uvicorn.run(create_app(state), host=args.host, port=args.port, log_level="info")
 

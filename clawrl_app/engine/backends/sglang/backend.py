@@ -132,6 +132,9 @@ class SGLangBackend:
         """Successful full-weight updates."""
         self.retracted_requests = 0
         """Requests in flight at a pause: they finished on the weights served after it."""
+        self.adapters_evicted = 0
+        """Adapters SGLang had evicted (past --max-loaded-loras) when the app unloaded them:
+        0 while the launch's limit covers what the app holds (`factory.ADAPTERS_HELD`)."""
 
     # -- lifecycle -------------------------------------------------------------------
     @property
@@ -468,6 +471,13 @@ class SGLangBackend:
                 version,
                 self._unload_timeout_s,
             )
+            return
+        except BackendError as exc:
+            if "not loaded" not in str(exc):
+                raise
+            # SGLang evicted it (least recently used, past --max-loaded-loras): gone already
+            self.adapters_evicted += 1
+            log.warning("adapter %s was evicted by SGLang before its unload: %s", version, exc)
             return
         log.info("unloaded adapter %s", version)
 

@@ -471,3 +471,62 @@ async def test_a_loop_is_cut_off_as_length_and_aborted_on_the_server(
         tokens, finished = await collect(backend.generate(request("r-free", 120)))
     assert finished.reason == "length" and len(tokens) == 120
     assert "r-free" not in state.aborted
+
+
+async def test_an_adapter_sglang_evicted_reloads_on_use_and_unloads_cleanly(
+    standin: StandinThread, state: StandinState, tmp_path: Path
+) -> None:
+    """Contract test: SGLang needs a GPU, so this runs against a stand-in that implements SGLang 0.5.23's routes and payloads.
+
+    Past --max-loaded-loras SGLang evicts the least recently used adapter without telling
+    anyone; a request naming it reloads it from its folder; an unload of an evicted adapter
+    answers "not loaded". The app counts it and goes on (nothing is left loaded); and the
+    limit it launches with covers every adapter it holds at once, so this stays rare.
+    """
+    from clawrl_app.engine.backends.sglang.factory import ADAPTERS_HELD, MAX_LOADED_LORAS
+
+    assert MAX_LOADED_LORAS == sum(ADAPTERS_HELD.values()) >= 5  # served, draining, ...
+    state.max_loaded_loras = 2
+    async with started(standin) as backend:
+        for v in ("v1", "v2"):
+            await backend.load_adapter(v, adapter_dir(tmp_path, v))
+        await collect(backend.generate(request("r1", version="v1")))  # v1 used: v2 is LRU
+        await backend.load_adapter("v3", adapter_dir(tmp_path, "v3"))
+        assert state.evictions == ["v2"] and set(state.adapters) == {"v1", "v3"}
+        tokens, done = await collect(backend.generate(request("r2", version="v2")))
+        assert state.reloads == ["v2"] and done.policy_version == "v2"  # reloaded from disk
+        assert [t.token_id for t in tokens] == expected(6, adapter="v2")[0]
+        assert state.evictions == ["v2", "v1"]  # ... which evicted v1 in turn
+        await backend.unload_adapter("v1")  # gone already: counted, not an error
+        assert backend.adapters_evicted == 1 and "v1" not in backend.info().versions
+        await backend.unload_adapter("v3")  # a loaded one unloads as before
+        assert backend.adapters_evicted == 1 and set(state.adapters) == {"v2"}
+
+
+async def test_a_load_never_waits_behind_a_draining_unload(
+    standin: StandinThread, state: StandinState, tmp_path: Path
+) -> None:
+    """Contract test: SGLang needs a GPU, so this runs against a stand-in that implements SGLang 0.5.23's routes and payloads.
+
+    SGLang loads and unloads under one lock, and an unload holds it while its adapter's
+    requests finish. The app waits for those requests itself before it sends the unload, so
+    the next publish's load goes through while the old version still answers.
+    """
+    assert EOS not in expected(60, adapter="v1")[0]
+    state.token_delay_s = 0.05
+    async with started(standin) as backend:
+        await backend.load_adapter("v1", adapter_dir(tmp_path, "v1"))
+        await backend.activate("v1")
+        stream = backend.generate(request("r-long", 60))  # ~3 s of answer
+        first = await stream.__anext__()
+        await backend.load_adapter("v2", adapter_dir(tmp_path, "v2"))
+        await backend.activate("v2")
+        unload = asyncio.create_task(backend.unload_adapter("v1"))
+        await asyncio.sleep(0.05)
+        await backend.load_adapter("v3", adapter_dir(tmp_path, "v3"))  # the next publish
+        # loaded while v1 still answers: it did not wait behind the drain
+        assert not unload.done() and backend.inflight("v1") == 1
+        assert state.bodies("/unload_lora_adapter") == []
+        tokens, _ = await collect(prepend(first, stream))
+        await asyncio.wait_for(unload, 10)
+        assert len(tokens) == 60 and set(state.adapters) == {"v2", "v3"}
