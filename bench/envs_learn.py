@@ -152,7 +152,8 @@ def learn_seed(seed: int, args: argparse.Namespace, model_dir: Path) -> dict[str
             best = max(best, rate)
             progress(
                 f"seed {seed} round {r + 1}: train {rep.successes}/{rep.episodes} solved, "
-                f"groups with variance {rep.varied}/{rep.groups}, "
+                f"groups with variance {rep.varied}/{rep.groups} "
+                f"({rep.outcome_varied} in outcome), "
                 f"{checkpoint_count(client) - before} checkpoint(s), served {served}, "
                 f"held-out {rate_s} ({rate:.0%}), training {train_s / 60:.1f} min"
             )

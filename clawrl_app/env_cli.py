@@ -344,7 +344,8 @@ def round_line(r: int, rep: Any, made: int) -> str:
     share = rep.varied_share
     line = (
         f"round {r + 1}: {rep.successes}/{rep.episodes} solved, groups with variance "
-        f"{rep.varied}/{rep.groups}, {rep.signal} samples with a signal, "
+        f"{rep.varied}/{rep.groups} ({rep.outcome_varied} in outcome), "
+        f"{rep.signal} samples with a signal, "
         f"checkpoints {made}, {rep.seconds:.0f} s"
     )
     return line + (f"  ({NO_SIGNAL})" if share == 0 else "")

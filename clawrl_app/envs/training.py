@@ -90,12 +90,13 @@ class RoundReport:
     boxed: int = 0  # episodes whose final answer was in the asked form (toolcall)
     groups: int = 0  # rollout groups (training rounds only)
     varied: int = 0  # groups with any variance: some advantage not 0
+    outcome_varied: int = 0  # of those, groups whose outcomes differ (some solved, some not)
     checkpoints: int = 0
     seconds: float = 0.0
 
     def add(self, other: RoundReport) -> None:
         names = ("episodes", "successes", "aborted", "samples", "trainable", "signal", "boxed",
-                 "groups", "varied")  # fmt: skip
+                 "groups", "varied", "outcome_varied")  # fmt: skip
         for name in names:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
@@ -130,6 +131,12 @@ def _judge(kind: str) -> Any:
 
 def _success(ep: Episode) -> bool:
     return ep.verdict is not None and ep.verdict.success and ep.trainable
+
+
+def outcomes_differ(group: Sequence[Episode]) -> bool:
+    """Whether some trainable episodes of a group solved the task and some did not (a group
+    whose episodes all failed can still vary by the step judge's scores alone)."""
+    return len({_success(ep) for ep in group if ep.trainable}) > 1
 
 
 def run_round(
@@ -178,6 +185,8 @@ def run_round(
         if train:
             report.groups += 1
             report.varied += group_varied(advantages)
+            # the rest differ by the step judge's scores only: they teach a call's form
+            report.outcome_varied += outcomes_differ(group)
         report.boxed += sum(bool(ep.verdict and ep.verdict.details.get("boxed")) for ep in group)
         report.trainable += sum(r["trainable"] for r in recorded)
     report.seconds = time.monotonic() - t0

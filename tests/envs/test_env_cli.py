@@ -19,10 +19,10 @@ def test_a_round_line_says_when_no_group_varied() -> None:
     flat = RoundReport(episodes=8, successes=0, groups=2, varied=0, seconds=12.3)
     line = round_line(0, flat, 0)
     assert line.startswith("round 1: 0/8 solved, groups with variance 0/2") and NO_SIGNAL in line
-    mixed = RoundReport(episodes=8, successes=3, groups=2, varied=1, signal=4)
-    assert NO_SIGNAL not in round_line(1, mixed, 1) and "4 samples with a signal" in round_line(
-        1, mixed, 1
-    )
+    mixed = RoundReport(episodes=8, successes=3, groups=2, varied=1, outcome_varied=1, signal=4)
+    line = round_line(1, mixed, 1)
+    assert NO_SIGNAL not in line and "4 samples with a signal" in line
+    assert "groups with variance 1/2 (1 in outcome)" in line
 
 
 @pytest.mark.parametrize("verbose", [False, True])

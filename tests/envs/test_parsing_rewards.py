@@ -141,3 +141,21 @@ def test_a_group_has_signal_only_when_some_advantage_is_not_zero() -> None:
     rep.add(RoundReport(groups=4, varied=0))
     assert (rep.groups, rep.varied, rep.varied_share) == (8, 1, 0.125)
     assert RoundReport().varied_share is None  # no training group (evaluation)
+
+
+def test_outcome_variance_is_told_from_step_score_variance() -> None:
+    from clawrl_app.envs.base import Verdict
+    from clawrl_app.envs.training import group_varied, outcomes_differ
+
+    def judged(success: bool, steps: list[float | None]) -> Episode:
+        e = ep(1.0 if success else -1.0, steps)
+        e.verdict = Verdict(1.0 if success else 0.0, success)
+        return e
+
+    failed = [judged(False, [1.0]), judged(False, [-1.0])]  # all failed, steps differ
+    advantages = turn_advantages(failed, mode="sequence", coef=0.5)
+    assert group_varied(advantages) and not outcomes_differ(failed)  # form only
+    assert outcomes_differ([judged(True, [1.0]), judged(False, [1.0])])
+    aborted = judged(True, [1.0])
+    aborted.status = EpisodeStatus("aborted")  # not trainable: never counts
+    assert not outcomes_differ([aborted, judged(False, [1.0])])

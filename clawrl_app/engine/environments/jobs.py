@@ -344,6 +344,7 @@ class EnvJobs:
             row["checkpoints"] = checkpoints
             if rep is not None and rep.groups:
                 row["groups"], row["varied"] = rep.groups, rep.varied
+                row["outcome_varied"] = rep.outcome_varied
                 job.groups += rep.groups
                 job.varied += rep.varied
             job.rounds.append(row)
