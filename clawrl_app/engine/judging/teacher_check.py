@@ -14,8 +14,9 @@ would see. When its answers with the hint are degenerate
 (`clawrl_app.degeneration`) on a larger share than without, by more than
 `teacher_check_max_rise`, the hint does not teach: the turn trains by its reward only, and
 the judgment says why (`hint_rule`). With fewer than `MIN_PROMPTS` prompts there is not
-enough evidence and the hint is trusted. Verdicts are kept per (hint, teacher version), the
-answers without a hint per prompt, so a user who repeats a correction costs one check.
+enough evidence and the hint is trusted. Verdicts made on all `teacher_check_prompts`
+prompts are kept per (hint, teacher version), the answers without a hint per prompt, so a
+user who repeats a correction costs one check once they have that many prompts.
 """
 
 from __future__ import annotations
@@ -169,9 +170,10 @@ class TeacherCheck:
         )
         without = [await plain(p) for p in prompts]
         verdict = decide_teacher(list(with_hint), without, self.max_rise)
-        self._verdicts[key] = verdict
-        while len(self._verdicts) > CACHED:
-            self._verdicts.popitem(last=False)
+        if len(prompts) >= self.prompts:  # kept only when made on the full evidence
+            self._verdicts[key] = verdict
+            while len(self._verdicts) > CACHED:
+                self._verdicts.popitem(last=False)
         self.checked += 1
         self.untrusted += not verdict.trusted
         return verdict
