@@ -374,8 +374,10 @@ class Trainer:
                     self.cfg.repeat_ngram,
                     allowed=self.grammar.allowed_BTV,
                 )
-                base_B = torch.tensor([0.0 if it.centred else baseline for it in mb])
-                adv_B = advantages_from(out.rewards_B, out.has_reward_B, base_B.to(self.device))
+                base_B = torch.tensor(
+                    [0.0 if it.centred else baseline for it in mb], device=self.device
+                )  # (B,)
+                adv_B = advantages_from(out.rewards_B, out.has_reward_B, base_B)
                 batch = out.loss_batch()
                 if self.loss_cfg.kl_coef > 0:
                     batch = replace(batch, ref_logprobs_BT=self.base_logprobs(mb))
