@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from clawrl_app.degeneration import score as form_of
 from clawrl_app.engine.backends.greedy import NoRoom, greedy_answer
 from clawrl_app.engine.judging.prompts import teacher_messages
-from clawrl_app.engine.store.guard import UserPrompt, request_budget
+from clawrl_app.engine.store.guard import UserPrompt, plain_chat, request_budget
 
 if TYPE_CHECKING:
     from clawrl_app.engine.backends.base import Backend
@@ -77,19 +77,6 @@ def decide_teacher(
     return TeacherVerdict(rate_with <= rate_without + max_rise + 1e-9, rate_with, rate_without, n)
 
 
-def _plain(messages: Any) -> bool:
-    return (
-        isinstance(messages, list)
-        and bool(messages)
-        and all(
-            isinstance(m, dict)
-            and m.get("role") in ("system", "user", "assistant")
-            and isinstance(m.get("content"), str)
-            for m in messages
-        )
-    )
-
-
 class TeacherCheck:
     """Checks hints against the teacher's own answers (see the module docstring)."""
 
@@ -122,7 +109,7 @@ class TeacherCheck:
         room = self.backend.info().context_length - self.max_tokens
         own = turn.request.get("messages") or []
         out: list[UserPrompt] = []
-        if _plain(own) and not turn.request.get("tools"):
+        if plain_chat(own) and not turn.request.get("tools"):
             out.append(UserPrompt(turn.id, list(own), request_budget(turn.request)))
         seen = {json.dumps(p.messages, sort_keys=True) for p in out}
         for p in self.store.user_prompts(self.prompts, room):

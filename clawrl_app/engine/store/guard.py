@@ -49,6 +49,21 @@ class UserPrompt:
     max_tokens: int | None
 
 
+def plain_chat(messages: Any) -> bool:
+    """A non-empty list of system/user/assistant messages with text content only (no tool
+    calls or parts): a conversation any version can be asked again as it was."""
+    return (
+        isinstance(messages, list)
+        and bool(messages)
+        and all(
+            isinstance(m, dict)
+            and m.get("role") in ("system", "user", "assistant")
+            and isinstance(m.get("content"), str)
+            for m in messages
+        )
+    )
+
+
 def request_budget(request: dict[str, Any]) -> int | None:
     """The request's max_completion_tokens or max_tokens, when a positive integer."""
     for key in ("max_completion_tokens", "max_tokens"):
@@ -88,14 +103,8 @@ class GuardMixin(StoreBase):
         for tid, raw in self._rows(USER_PROMPTS_SQL, (max_prompt_tokens, ENV_PREFIX, limit * 4)):
             request = json.loads(raw)
             messages = request.get("messages") or []
-            plain = all(
-                isinstance(m, dict)
-                and m.get("role") in ("system", "user", "assistant")
-                and isinstance(m.get("content"), str)
-                for m in messages
-            )
             key = json.dumps(messages, sort_keys=True)
-            if messages and plain and key not in seen:
+            if plain_chat(messages) and key not in seen:
                 seen.add(key)
                 out.append(UserPrompt(int(tid), messages, request_budget(request)))
             if len(out) == limit:
