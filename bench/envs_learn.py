@@ -60,6 +60,9 @@ def add_learn_flags(ap: argparse.ArgumentParser) -> None:
                     help="--learn: general questions asked before and after (0: none)")  # fmt: skip
     ap.add_argument("--wait-s", type=float, default=600.0,
                     help="--learn: longest wait for a round's checkpoint")  # fmt: skip
+    ap.add_argument("--judge", choices=["heuristic", "none"], default="heuristic",
+                    help="--learn: the step judge (none: outcome rewards only, so only "
+                    "groups whose outcomes differ teach)")  # fmt: skip
 
 
 def progress(msg: str) -> None:
@@ -118,6 +121,7 @@ def learn_seed(seed: int, args: argparse.Namespace, model_dir: Path) -> dict[str
     cfg = RolloutSettings(
         group_size=args.group_size, tasks_per_round=args.tasks_per_round,
         max_tokens=args.max_tokens, seed=seed, families=families, reward_mode="sequence",
+        judge=args.judge,
     )  # fmt: skip
     alias = settings.server.model_alias
 

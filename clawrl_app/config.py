@@ -371,7 +371,11 @@ class GuardSettings(_Section):
     max_degeneration_rise: float = Field(default=0.05, ge=0.0, le=1.0)
     """Refuse a version whose degeneration rate (share of its answers that loop or repeat
     themselves) exceeds the base model's by more than this, whatever its fact score."""
-    user_form_items: int = Field(default=8, ge=0)
+    max_repetition_rise: float = Field(default=0.05, ge=0.0, le=1.0)
+    """Refuse a version whose answers to your newest prompts repeat their own 3-word phrases
+    more than the base model's do on the same prompts by more than this (mean share of
+    repeated phrases per answer): a drift toward loops, seen before answers loop outright."""
+    user_form_items: int = Field(default=12, ge=0)
     """Also answer your newest prompts (this many, greedy, `open_max_tokens` long) and hold
     their degeneration rate to the base model's on the same prompts, with the same margin:
     a version can loop on your kind of request while the shipped open prompts look fine

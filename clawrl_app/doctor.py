@@ -119,7 +119,8 @@ def guard_lines(settings: Settings, store_file: Path) -> list[str]:
         f"{g.max_general_drop:g} general ({g.general_items} questions), or a degeneration rate "
         f"> base + {g.max_degeneration_rise:g} (answers to the questions and "
         f"{g.open_prompts} open prompts of {g.open_max_tokens} tokens; and on your "
-        f"{g.user_form_items} newest prompts vs the base's answers to them)",
+        f"{g.user_form_items} newest prompts vs the base's answers to them), or repeated "
+        f"phrases on those prompts > base + {g.max_repetition_rise:g}",
         f"held-out turns (never trained on): {held_out_count_readonly(store_file)} "
         f"({g.holdout_share:.0%} of new main turns)",
     ]

@@ -255,6 +255,13 @@ def _fig(value: Any) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def _repeats(verdict: dict[str, Any]) -> str:
+    """ ", repeats 0.13 vs 0.03" when the verdict measured repeated phrases; else ""."""
+    if verdict.get("user_repetition") is None:
+        return ""
+    return f", repeats {_fig(verdict['user_repetition'])} vs {_fig(verdict.get('base_user_repetition'))}"
+
+
 def guard_score_lines(status: dict[str, Any]) -> list[str]:
     """The regression guard's last checked versions, one line each: personal score (with
     "n/8, not deciding" under the minimum of held-out turns), general score, degeneration
@@ -275,7 +282,7 @@ def guard_score_lines(status: dict[str, Any]) -> list[str]:
         verdict = "passed" if v.get("passed") else "REFUSED"
         mine = (
             f" (your prompts {_fig(v.get('user_degeneration'))} vs base "
-            f"{_fig(v.get('base_user_degeneration'))})"
+            f"{_fig(v.get('base_user_degeneration'))}{_repeats(v)})"
             if v.get("user_prompts")
             else ""
         )

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from clawrl_app.degeneration import Degeneration
 from clawrl_app.degeneration import score as form_of
 from clawrl_app.engine.publishing.compare import answer
 from clawrl_app.engine.store.guard import DEGENERATION, GENERAL, PERSONAL, UserPrompt
@@ -107,6 +108,27 @@ def _fig(x: float | None) -> str:
 
 
 @dataclass(frozen=True)
+class UserForm:
+    """A version's and the base model's form on the user's newest prompts (None: not
+    measured, too few prompts)."""
+
+    rate: float | None = None
+    base_rate: float | None = None
+    repetition: float | None = None
+    base_repetition: float | None = None
+    n: int = 0
+
+    @staticmethod
+    def of(mine: Sequence[Degeneration], base: Sequence[Degeneration]) -> UserForm:
+        """The shares and means of paired answers (same prompts, same order)."""
+        n = len(mine)
+        return UserForm(
+            sum(f.degenerate for f in mine) / n, sum(f.degenerate for f in base) / n,
+            sum(f.repeated_share for f in mine) / n, sum(f.repeated_share for f in base) / n, n,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
 class VersionScores:
     """One version's scores; None where the set was empty (nothing to score)."""
 
@@ -128,6 +150,11 @@ class VersionScores:
     """The base model's share on the same prompts (what the former is held to)."""
     user_n: int = 0
     """How many of the user's prompts those shares are of."""
+    user_repetition: float | None = None
+    """Mean share of repeated 3-word phrases in its answers to the user's prompts (0: none):
+    a drift toward loops shows here before single answers turn degenerate."""
+    base_user_repetition: float | None = None
+    """The base model's mean on the same prompts."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +184,8 @@ class GuardVerdict:
         base = "" if self.base_degeneration is None else f"base {self.base_degeneration:.2f}; "
         mine = (
             f"; on your prompts {_fig(c.user_degeneration)} vs base "
-            f"{_fig(c.base_user_degeneration)} ({c.user_n} prompts)"
+            f"{_fig(c.base_user_degeneration)}, repeats {_fig(c.user_repetition)} vs "
+            f"{_fig(c.base_user_repetition)} ({c.user_n} prompts)"
             if c.user_n
             else ""
         )
@@ -189,6 +217,8 @@ class GuardVerdict:
             "user_degeneration": c.user_degeneration,
             "base_user_degeneration": c.base_user_degeneration,
             "user_prompts": c.user_n,
+            "user_repetition": c.user_repetition,
+            "base_user_repetition": c.base_user_repetition,
         }
 
 
@@ -211,7 +241,10 @@ def decide(
     same reason, whatever the fact score says: a looping answer still names its fact. On
     the user's own newest prompts (at least USER_FORM_MIN) the candidate's degeneration
     rate is held to the base model's on the same prompts, with the same margin: the shipped
-    open prompts do not ask what this user asks."""
+    open prompts do not ask what this user asks; and so is the mean share of repeated
+    phrases in those answers (`max_repetition_rise`): a version drifting toward loops
+    repeats itself more on every answer before a few of them loop outright, which a rate of
+    8-12 answers sees only by luck."""
     reasons = []
     general_ref = base_general if base_general is not None else served.general
     if (
@@ -256,6 +289,17 @@ def decide(
             f"degeneration on your own prompts {mine:.2f} vs base {base_mine:.2f} "
             f"(max rise {settings.max_degeneration_rise:g}) on {candidate.user_n} prompts"
         )
+    rep, base_rep = candidate.user_repetition, candidate.base_user_repetition
+    if (
+        rep is not None
+        and base_rep is not None
+        and candidate.user_n >= USER_FORM_MIN
+        and rep - base_rep > settings.max_repetition_rise + EPS
+    ):
+        reasons.append(
+            f"repeated phrases on your own prompts {rep:.2f} vs base {base_rep:.2f} "
+            f"(max rise {settings.max_repetition_rise:g}) on {candidate.user_n} prompts"
+        )
     return GuardVerdict(
         candidate, served, not reasons, reasons, form_ref, settings.min_personal_items
     )
@@ -282,7 +326,7 @@ class RegressionGuard:
         prompts = open_prompts if open_prompts is not None else load_open_prompts()
         self.open = prompts[: settings.open_prompts]
         self._base_lps: dict[int, float] = {}  # turn id -> the base model's mean log-prob
-        self._base_form: dict[int, bool] = {}  # turn id -> the base degenerated on its prompt
+        self._base_form: dict[int, Degeneration] = {}  # turn id -> the base's answer's form
         self._offered = 0
         self.checked = 0
         self.refused = 0
@@ -346,36 +390,35 @@ class RegressionGuard:
         facts, opens = await self.general_answers(version)
         return score_general(self.general, facts, opens)
 
-    async def user_form(self, version: str) -> tuple[float | None, float | None, int]:
-        """(`version`'s, the base model's) degeneration rates on the user's newest prompts
-        answered greedily, each at the answer budget the user's request set (at most
-        `open_max_tokens`: a loop shows by then; `open_max_tokens` when it set none), and
-        how many prompts; (None, None, n) when off or too few. A loop the user would see
-        within their budget counts; one only a longer answer reaches does not (the base
-        model itself loops on many prompts at 160 tokens, which would hide every change).
-        The base's answers are kept per turn (they never change)."""
+    async def user_form(self, version: str) -> UserForm:
+        """`version`'s and the base model's form on the user's newest prompts answered
+        greedily, each at the answer budget the user's request set (at most
+        `open_max_tokens`: a loop shows by then; `open_max_tokens` when it set none): their
+        degeneration rates and mean repeated-phrase shares; None when off or too few
+        prompts. A loop the user would see within their budget counts; one only a longer
+        answer reaches does not (the base model itself loops on many prompts at 160 tokens,
+        which would hide every change). The base's answers are kept per turn (they never
+        change)."""
         n = self.settings.user_form_items
         cap = self.settings.open_max_tokens
         room = self.backend.info().context_length - cap
         prompts = await asyncio.to_thread(self.store.user_prompts, n, room) if n else []
         if len(prompts) < USER_FORM_MIN:
-            return None, None, len(prompts)
+            return UserForm(n=len(prompts))
 
         def budget(p: UserPrompt) -> int:
             return min(p.max_tokens or cap, cap)
 
-        async def base_form(p: UserPrompt) -> bool:
+        async def base_form(p: UserPrompt) -> Degeneration:
             if p.turn_id not in self._base_form:
                 text = await answer(self.backend, self.formatter, "base", p.messages, budget(p))
-                self._base_form[p.turn_id] = form_of(text).degenerate
+                self._base_form[p.turn_id] = form_of(text)
             return self._base_form[p.turn_id]
 
         mine = await asyncio.gather(
             *[answer(self.backend, self.formatter, version, p.messages, budget(p)) for p in prompts]
         )
-        base = [await base_form(p) for p in prompts]
-        bad = [form_of(text).degenerate for text in mine]
-        return sum(bad) / len(bad), sum(base) / len(base), len(prompts)
+        return UserForm.of([form_of(text) for text in mine], [await base_form(p) for p in prompts])
 
     def _stored_general(self, version: str) -> tuple[float | None, float | None] | None:
         """The general score and degeneration rate stored for `version` before; None unless
@@ -424,8 +467,12 @@ class RegressionGuard:
         if served != "base" and (self.general or self.open):
             base_general, base_degeneration = await self._base_general()
         after = await self.scores(candidate, step)
-        mine, base_mine, n = await self.user_form(candidate)
-        after = replace(after, user_degeneration=mine, base_user_degeneration=base_mine, user_n=n)
+        form = await self.user_form(candidate)
+        after = replace(
+            after, user_degeneration=form.rate, base_user_degeneration=form.base_rate,
+            user_n=form.n, user_repetition=form.repetition,
+            base_user_repetition=form.base_repetition,
+        )  # fmt: skip
         verdict = decide(after, before, self.settings, base_general, base_degeneration)
         self.checked += 1
         self.refused += not verdict.passed

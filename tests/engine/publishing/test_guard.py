@@ -117,13 +117,39 @@ def test_loops_on_the_users_own_prompts_refuse_what_the_open_prompts_pass() -> N
     assert not v.passed and v.reasons == [
         "degeneration on your own prompts 0.20 vs base 0.00 (max rise 0.05) on 10 prompts"
     ]
-    assert "on your prompts 0.20 vs base 0.00 (10 prompts)" in v.summary()
+    assert "on your prompts 0.20 vs base 0.00, repeats - vs - (10 prompts)" in v.summary()
     assert v.as_dict()["user_degeneration"] == 0.2 and v.as_dict()["user_prompts"] == 10
     assert decide(fine, served, s, 0.6, 0.12).passed  # the shipped prompts alone: passed
     few = replace(fine, user_degeneration=1.0, base_user_degeneration=0.0, user_n=USER_FORM_MIN - 1)
     assert decide(few, served, s, 0.6, 0.12).passed
     same = replace(fine, user_degeneration=0.25, base_user_degeneration=0.2, user_n=20)
     assert decide(same, served, s, 0.6, 0.12).passed  # a rise of 0.05: allowed
+
+
+def test_a_drift_toward_repeats_on_the_users_prompts_is_refused_before_answers_loop() -> None:
+    """calm/plain's versions (bench/results/learn-20261127-054905.json, held-out answers):
+    the base repeats 0.03 of its 3-word phrases, a version after 24 turns 0.13 with 1 of 10
+    answers degenerate; the degeneration rate of 12 prompts may miss that one loop, the
+    mean repeated share does not. A fall (brevity: 0.07 -> 0.00) is never refused."""
+    from clawrl_app.engine.publishing.guard import USER_FORM_MIN
+
+    s = GuardSettings(min_personal_items=4)
+    served = VersionScores("v2", None, 0, 0.6, 40, degeneration=0.12, degeneration_n=52)
+    cand = VersionScores("v3", None, 0, 0.65, 40, degeneration=0.10, degeneration_n=52)
+    drift = dict(user_degeneration=0.0, base_user_degeneration=0.0, user_n=12,
+                 user_repetition=0.13, base_user_repetition=0.03)  # fmt: skip
+    v = decide(replace(cand, **drift), served, s, 0.6, 0.12)  # type: ignore[arg-type]
+    assert not v.passed and v.reasons == [
+        "repeated phrases on your own prompts 0.13 vs base 0.03 (max rise 0.05) on 12 prompts"
+    ]
+    assert "repeats 0.13 vs 0.03 (12 prompts)" in v.summary()
+    assert v.as_dict()["user_repetition"] == 0.13
+    rise = dict(drift, user_repetition=0.08)  # a rise of exactly 0.05: allowed
+    assert decide(replace(cand, **rise), served, s, 0.6, 0.12).passed  # type: ignore[arg-type]
+    fall = dict(drift, user_repetition=0.0, base_user_repetition=0.07)
+    assert decide(replace(cand, **fall), served, s, 0.6, 0.12).passed  # type: ignore[arg-type]
+    few = dict(drift, user_n=USER_FORM_MIN - 1)
+    assert decide(replace(cand, **few), served, s, 0.6, 0.12).passed  # type: ignore[arg-type]
 
 
 def test_user_prompts_are_the_newest_plain_distinct_conversations(tmp_path: Path) -> None:
@@ -272,6 +298,9 @@ def test_the_dashboard_shows_each_checked_versions_scores_and_degeneration() -> 
     )
     mine = {**verdict("v4", False, 9, True, 0.1), "user_degeneration": 0.25,
             "base_user_degeneration": 0.0, "user_prompts": 8}  # fmt: skip
+    rep = {**mine, "user_repetition": 0.13, "base_user_repetition": 0.03}
+    rep_lines = guard_score_lines({"publishing": {"guard": {**guard, "recent": [rep]}}})
+    assert rep_lines[1].endswith("(your prompts 0.25 vs base 0.00, repeats 0.13 vs 0.03) · REFUSED")
     lines = guard_score_lines({"publishing": {"guard": {**guard, "recent": [mine]}}})
     assert lines[1].endswith("degeneration 0.10 (your prompts 0.25 vs base 0.00) · REFUSED")
     assert guard_score_lines({}) == [] and guard_score_lines({"publishing": {"guard": {}}}) == []

@@ -25,7 +25,7 @@ from clawrl_app.engine.backends.pytorch.backend import TorchBackend
 from clawrl_app.engine.chat.formatter import ChatFormatter
 from clawrl_app.engine.core.checkpoints import MANIFEST
 from clawrl_app.engine.core.events import Event, GuardChecked, PublishRefused
-from clawrl_app.engine.publishing.guard import RegressionGuard, decide
+from clawrl_app.engine.publishing.guard import RegressionGuard, UserForm, decide
 from clawrl_app.engine.publishing.publisher import Publisher
 from clawrl_app.engine.store import Store
 from clawrl_app.engine.store.guard import DEGENERATION
@@ -173,7 +173,7 @@ def test_the_users_prompts_are_answered_at_the_budget_their_requests_set(
                 body["max_tokens"] = 4
             store.record_turn(NewTurn("chat", "main", body, "a", [1] * 8, [2], [0.0], "base"))
 
-        async def go() -> tuple[float | None, float | None, int]:
+        async def go() -> UserForm:
             be = TorchBackend(copy.deepcopy(model), tok, model_name="m", context_length=2048)
             await be.start()
             try:
@@ -183,6 +183,9 @@ def test_the_users_prompts_are_answered_at_the_budget_their_requests_set(
             finally:
                 await be.stop()
 
-        mine, base, n = asyncio.run(go())
-    assert n == 4 and mine == 0.5
-    assert base is not None and base <= 0.5
+        form = asyncio.run(go())
+    assert form.n == 4 and form.rate == 0.5
+    assert form.base_rate is not None and form.base_rate <= 0.5
+    # the two looping answers repeat most of their phrases; the base's hardly any
+    assert form.repetition is not None and form.base_repetition is not None
+    assert form.repetition - form.base_repetition > 0.25
