@@ -189,14 +189,21 @@ class CheckpointWatcher(threading.Thread):
         noticed = time.time()
         deadline = time.time() + self.timeout_s
         while not self._halt.is_set() and time.time() < deadline:
-            j = post_chat(
-                client,
-                self.et.url,
-                [{"role": "user", "content": "Hi"}],
-                max_tokens=1,
-                temperature=0.0,
-                headers=SIDE,
-            )
+            try:
+                j = post_chat(
+                    client,
+                    self.et.url,
+                    [{"role": "user", "content": "Hi"}],
+                    max_tokens=1,
+                    temperature=0.0,
+                    headers=SIDE,
+                )
+            except httpx.HTTPError as e:  # a starved machine: probe again, the run goes on
+                print(
+                    f"  [ckpt] {fa.version}: probe failed ({type(e).__name__}), again", flush=True
+                )
+                time.sleep(1.0)
+                continue
             fa.probes += 1
             if j["model"] != want:
                 time.sleep(0.1)  # 1-token probes ~10/s: enough resolution, little load
