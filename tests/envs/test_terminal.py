@@ -5,6 +5,7 @@ the workspace; file tools never leave the workspace; task packs and trust on fir
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.usefixtures("sandbox")
 def test_oracle_passes_and_noop_fails_every_shipped_task() -> None:
     env = make_env("terminal")
     tasks = env.tasks()
-    assert len(tasks) >= 20 and len({t.family for t in tasks}) == 4
+    assert len(tasks) >= 20 and len({t.family for t in tasks}) == 5
     assert sum(t.split == "heldout" for t in tasks) >= 4
 
     def both(task: Task) -> tuple[float | None, float | None]:
@@ -36,6 +37,31 @@ def test_oracle_passes_and_noop_fails_every_shipped_task() -> None:
     with ThreadPoolExecutor(2) as ex:
         results = dict(zip([t.id for t in tasks], ex.map(both, tasks), strict=True))
     assert {k: v for k, v in results.items() if v != (1.0, -1.0)} == {}
+
+
+def test_the_write_family_is_what_its_generator_writes_split_by_wording_and_value() -> None:
+    """The easiest family (one file, one value) is generated: the shipped folders are
+    exactly `make_tasks.render()`; no held-out instruction, word or number is a train one."""
+    from clawrl_app.envs.terminal import make_tasks
+
+    for name, text in make_tasks.render().items():
+        assert (DATA / name).read_text() == text, f"rerun python -m {make_tasks.__name__}"
+    shipped = {d.name for d in DATA.glob(f"{make_tasks.PREFIX}*")}
+    assert shipped == {t["id"] for t in make_tasks.tasks()}
+    by_split: dict[str, list[dict[str, str]]] = {"train": [], "heldout": []}
+    for t in make_tasks.tasks():
+        by_split[t["split"]].append(t)
+    train_values = {t["value"] for t in by_split["train"]}
+    assert not train_values & {t["value"] for t in by_split["heldout"]}
+
+    def pattern(template: str) -> re.Pattern[str]:
+        return re.compile(re.escape(template).replace(r"\{word\}", r"\w+")
+                          .replace(r"\{number\}", r"\d+").replace(r"\{name\}", r"\w+") + "$")  # fmt: skip
+
+    train_forms = [pattern(t) for t in make_tasks.TRAIN]
+    assert all(any(p.match(t["instruction"]) for p in train_forms) for t in by_split["train"])
+    assert not any(p.match(t["instruction"]) for p in train_forms for t in by_split["heldout"])
+    assert len({t["instruction"] for t in make_tasks.tasks()}) == len(make_tasks.tasks())
 
 
 def shell(command: str, i: int = 0) -> object:

@@ -1,0 +1,3 @@
+set -e
+cd /workspace
+echo candle > answer.txt
