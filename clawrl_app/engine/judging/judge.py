@@ -324,17 +324,9 @@ class JudgeLoop:
                 verdict = cap_cut_off(verdict, turn.finish_reason)
                 verdict = penalize_degenerate(verdict, inp.answer_text)
             teacher, topk = None, None
-            if verdict.hint:
+            if verdict.hint:  # one forward pass: cheap beside the teacher check
                 teacher = await teacher_logprobs(
                     self.backend, self.formatter, turn, verdict.hint, self.teacher_version()
-                )
-                topk = await teacher_topk(
-                    self.backend,
-                    self.formatter,
-                    turn,
-                    verdict.hint,
-                    self.teacher_version(),
-                    self.topk,
                 )
             rule = verdict.hint_rule
             if teacher is not None and self.teacher_check is not None:
@@ -347,7 +339,16 @@ class JudgeLoop:
                     )
                 if not checked.trusted:  # this hint would teach loops: reward only
                     log.info("sample %s: %s", sample.id, checked.summary())
-                    teacher, topk, rule = None, None, checked.summary()
+                    teacher, rule = None, checked.summary()
+            if teacher is not None:  # the top-k only for a hint that teaches
+                topk = await teacher_topk(
+                    self.backend,
+                    self.formatter,
+                    turn,
+                    str(verdict.hint),
+                    self.teacher_version(),
+                    self.topk,
+                )
         except Exception as exc:  # user plugin or judge endpoint failure: retried later
             self.failed += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
