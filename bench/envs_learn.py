@@ -60,6 +60,8 @@ def add_learn_flags(ap: argparse.ArgumentParser) -> None:
                     help="--learn: general questions asked before and after (0: none)")  # fmt: skip
     ap.add_argument("--wait-s", type=float, default=600.0,
                     help="--learn: longest wait for a round's checkpoint")  # fmt: skip
+    ap.add_argument("--keep-home", action="store_true",
+                    help="--learn: keep each seed's app home (its store holds every episode)")  # fmt: skip
     ap.add_argument("--judge", choices=["heuristic", "none"], default="heuristic",
                     help="--learn: the step judge (none: outcome rewards only, so only "
                     "groups whose outcomes differ teach)")  # fmt: skip
@@ -173,7 +175,10 @@ def learn_seed(seed: int, args: argparse.Namespace, model_dir: Path) -> dict[str
     finally:
         client.close()
         thread.stop()
-        shutil.rmtree(home, ignore_errors=True)
+        if args.keep_home:
+            progress(f"seed {seed}: app home kept at {home}")
+        else:
+            shutil.rmtree(home, ignore_errors=True)
     return out
 
 
