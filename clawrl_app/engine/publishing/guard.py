@@ -278,28 +278,23 @@ def decide(
             f"degeneration {candidate.degeneration:.2f} vs {whose} {form_ref:.2f} "
             f"(max rise {settings.max_degeneration_rise:g}) on {candidate.degeneration_n} answers"
         )
-    mine, base_mine = candidate.user_degeneration, candidate.base_user_degeneration
-    if (
-        mine is not None
-        and base_mine is not None
-        and candidate.user_n >= USER_FORM_MIN
-        and mine - base_mine > settings.max_degeneration_rise + EPS
-    ):
-        reasons.append(
-            f"degeneration on your own prompts {mine:.2f} vs base {base_mine:.2f} "
-            f"(max rise {settings.max_degeneration_rise:g}) on {candidate.user_n} prompts"
-        )
-    rep, base_rep = candidate.user_repetition, candidate.base_user_repetition
-    if (
-        rep is not None
-        and base_rep is not None
-        and candidate.user_n >= USER_FORM_MIN
-        and rep - base_rep > settings.max_repetition_rise + EPS
-    ):
-        reasons.append(
-            f"repeated phrases on your own prompts {rep:.2f} vs base {base_rep:.2f} "
-            f"(max rise {settings.max_repetition_rise:g}) on {candidate.user_n} prompts"
-        )
+    on_user_prompts = (
+        ("degeneration", candidate.user_degeneration, candidate.base_user_degeneration,
+         settings.max_degeneration_rise),
+        ("repeated phrases", candidate.user_repetition, candidate.base_user_repetition,
+         settings.max_repetition_rise),
+    )  # fmt: skip
+    for what, mine, base_mine, rise in on_user_prompts:
+        if (
+            mine is not None
+            and base_mine is not None
+            and candidate.user_n >= USER_FORM_MIN
+            and mine - base_mine > rise + EPS
+        ):
+            reasons.append(
+                f"{what} on your own prompts {mine:.2f} vs base {base_mine:.2f} "
+                f"(max rise {rise:g}) on {candidate.user_n} prompts"
+            )
     return GuardVerdict(
         candidate, served, not reasons, reasons, form_ref, settings.min_personal_items
     )
