@@ -131,8 +131,11 @@ def test_a_rating_without_hint_still_learns_the_replys_correction(engine: Any) -
     assert (j.score, j.user_rating, j.judge_score) == (1, 1, -1)
     assert j.hint and "one line" in j.hint and j.teacher_logprobs
     assert store.get_sample(j.sample_id).state == "judged"
-    agreement = [m for m in store.metrics("judge/agreement") if m.step == j.sample_id]
-    assert agreement and agreement[-1].value == 0.0
+    # the metric is written just after the judgment (its own commit): wait for it too
+    agreement = wait_for(
+        lambda: [m for m in store.metrics("judge/agreement") if m.step == j.sample_id]
+    )
+    assert agreement[-1].value == 0.0
 
 
 @pytest.mark.parametrize(
