@@ -8,11 +8,12 @@ every env turn a forced tool call (`[envs] tool_choice = "required"`):
 
 1. held-out success of the env's `--families` (one greedy episode per held-out task) and the
    general score (`general_eval`'s shipped set, greedy, through the endpoint, incognito);
-2. rounds: one rollout group (`--group-size` episodes, temperature 1) for each of
-   `--tasks-per-round` train tasks, recorded by the engine; then a wait until the trainer
-   has made and published a checkpoint from them (a round without any varied group
-   makes none); then held-out success again. One line per round: train solved, groups
-   with variance, checkpoints, served version, held-out success, training wall time;
+2. rounds: one rollout group (`--group-size` episodes at `--temperature`, 1 by default)
+   for each of `--tasks-per-round` train tasks, recorded by the engine; then, once the
+   trainer's queue holds a batch (`--batch-size` samples with signal; fewer carry over to
+   the next round), a wait until it has made and published a checkpoint; then held-out
+   success again. One line per round: train solved, groups with variance, checkpoints,
+   served version, held-out success, training wall time;
 3. after the last round (or `--budget-min` of training wall time), the general score again.
 
 Prints one markdown row per seed. Run: `CLAWRL_HOME=/tmp/clawrl-test-cache .venv/bin/python
@@ -62,6 +63,8 @@ def add_learn_flags(ap: argparse.ArgumentParser) -> None:
                     help="--learn: longest wait for a round's checkpoint")  # fmt: skip
     ap.add_argument("--keep-home", action="store_true",
                     help="--learn: keep each seed's app home (its store holds every episode)")  # fmt: skip
+    ap.add_argument("--temperature", type=float, default=1.0,
+                    help="--learn: the rollouts' sampling temperature")  # fmt: skip
     ap.add_argument("--judge", choices=["heuristic", "none"], default="heuristic",
                     help="--learn: the step judge (none: outcome rewards only, so only "
                     "groups whose outcomes differ teach)")  # fmt: skip
@@ -90,6 +93,11 @@ def general_score(thread: Any, alias: str, n: int) -> float | None:
     finally:
         client.close()
     return score_answers(items, answers).score
+
+
+def pending_samples(client: EngineClient) -> int:
+    """Samples judged and not yet trained (the trainer's queue)."""
+    return int(client.status().get("counts", {}).get("samples_judged", 0))
 
 
 def wait_checkpoint(client: EngineClient, before: int, wait_s: float) -> str:
@@ -123,7 +131,7 @@ def learn_seed(seed: int, args: argparse.Namespace, model_dir: Path) -> dict[str
     cfg = RolloutSettings(
         group_size=args.group_size, tasks_per_round=args.tasks_per_round,
         max_tokens=args.max_tokens, seed=seed, families=families, reward_mode="sequence",
-        judge=args.judge,
+        judge=args.judge, temperature=args.temperature,
     )  # fmt: skip
     alias = settings.server.model_alias
 
@@ -152,7 +160,12 @@ def learn_seed(seed: int, args: argparse.Namespace, model_dir: Path) -> dict[str
             before = checkpoint_count(client)
             batch = rng.sample(tasks, min(cfg.tasks_per_round, len(tasks)))
             rep = run_round(name, batch, client, policy_for(cfg.temperature), cfg, round_index=r)
-            served = wait_checkpoint(client, before, args.wait_s) if rep.signal else "-"
+            # the trainer steps on `--batch-size` samples with signal: fewer wait for the
+            # next round's (waiting here would only idle until --wait-s)
+            if rep.signal and pending_samples(client) >= args.batch_size:
+                served = wait_checkpoint(client, before, args.wait_s)
+            else:
+                served = str(client.checkpoints().get("served"))
             train_s += time.monotonic() - t0
             rate, rate_s = heldout()
             best = max(best, rate)
