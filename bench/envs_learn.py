@@ -179,6 +179,7 @@ def learn_seed(seed: int, args: argparse.Namespace, model_dir: Path) -> dict[str
             if train_s > args.budget_min * 60:
                 break
         general1 = general_score(thread, alias, args.general_items)
+        progress(f"seed {seed}: held-out after {rate_s} (best {best:.0%}), general {general1}")
         out.update(
             before=f"{base_s} ({base:.0%})", after=f"{rate_s} ({rate:.0%})",
             best=f"{best:.0%}", rounds=r + 1, train_min=f"{train_s / 60:.1f}",
