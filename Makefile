@@ -97,14 +97,14 @@ run: $(VENV)/.installed system-deps $(if $(filter 1,$(SGLANG)),sglang)
 	$(BIN)/clawrl-app launch
 
 # The import contracts (pyproject.toml) are checked first: a broken layer fails in seconds.
-# TEST_WORKERS=2 runs the suite on two pytest-xdist workers, each test file on one of them
-# (module fixtures such as a real engine start once per file): ~25% faster on 2 cores, but
-# not the default: after a worker crashed (a segfault in llama.cpp's F16 conversion, seen
-# once under two workers) xdist's file scheduler hung instead of failing.
-TEST_WORKERS ?= 0
+# The suite runs on two pytest-xdist workers (TEST_WORKERS=0: one process), each test file on
+# one of them (module fixtures such as a real engine start once per file) and each worker
+# pinned to its own cores (tests/conftest.py). --max-worker-restart 0: a crashed worker fails
+# the run at once (xdist's file scheduler can hang replacing one).
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed system-deps
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --max-worker-restart 0)
 
 check: $(VENV)/.installed system-deps
 	$(BIN)/ruff format --check clawrl_app tests bench

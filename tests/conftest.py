@@ -9,9 +9,33 @@ from typing import Any
 
 import pytest
 
-from clawrl_app.engine.store import Store
+from clawrl_app.engine.store import Store  # none of these three imports torch or llama.cpp
 from clawrl_app.models import ResolvedModel, load_model, resolve_model
 from clawrl_app.paths import app_paths
+
+
+def _pin_xdist_worker() -> None:
+    """Under pytest-xdist (`make test` runs two workers), each worker and every process it
+    starts keep to their own share of the cores: two workers whose llama.cpp threads spin
+    and whose torch pools span every core starve each other (both run slower than one).
+    Runs at import, before torch or llama.cpp start a thread; `CLAWRL_TEST_PIN=0` turns it off."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if not worker.startswith("gw") or count < 2 or os.environ.get("CLAWRL_TEST_PIN") == "0":
+        return
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    share = len(cpus) // count
+    if share < 1:
+        return
+    index = int(worker[2:]) % count  # a replaced worker (gw2, ...) takes over a share
+    mine = cpus[index * share : (index + 1) * share]
+    os.sched_setaffinity(0, mine)
+    os.environ["OMP_NUM_THREADS"] = str(len(mine))
+
+
+_pin_xdist_worker()
 
 
 # --- embedded model fixtures (clawrl_app.models) -------------------------------------------
