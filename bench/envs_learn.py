@@ -101,7 +101,8 @@ def pending_samples(client: EngineClient) -> int:
 
 
 def wait_checkpoint(client: EngineClient, before: int, wait_s: float) -> str:
-    """Wait for a checkpoint past `before` to be published (or refused); the served version."""
+    """Wait up to `wait_s` for a checkpoint past `before` to be published (or refused); the
+    served version."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         cps = client.checkpoints()
@@ -162,10 +163,8 @@ def learn_seed(seed: int, args: argparse.Namespace, model_dir: Path) -> dict[str
             rep = run_round(name, batch, client, policy_for(cfg.temperature), cfg, round_index=r)
             # the trainer steps on `--batch-size` samples with signal: fewer wait for the
             # next round's (waiting here would only idle until --wait-s)
-            if rep.signal and pending_samples(client) >= args.batch_size:
-                served = wait_checkpoint(client, before, args.wait_s)
-            else:
-                served = str(client.checkpoints().get("served"))
+            batch_ready = rep.signal and pending_samples(client) >= args.batch_size
+            served = wait_checkpoint(client, before, args.wait_s if batch_ready else 0.0)
             train_s += time.monotonic() - t0
             rate, rate_s = heldout()
             best = max(best, rate)
