@@ -358,6 +358,34 @@ def test_qlora_loads_in_4bit_and_steps(model_dir: Path) -> None:
     assert all(not torch.equal(p, after[n].detach()) for n, p in before.items())
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("bitsandbytes") is None, reason="bitsandbytes is not installed"
+)
+@pytest.mark.skipif(
+    not DEVICE.startswith("cuda"), reason="4-bit QLoRA needs CUDA (the trainer refuses it on CPU)"
+)
+def test_qlora_trainer_computes_what_the_served_nf4_base_computes(model_dir: Path) -> None:
+    """The publisher's canary on CUDA: the 4-bit trainer's log-probs and the served
+    dequantized-NF4 base's differ by less than the GPU tolerance (0.05). peft's fp32 upcast
+    of the unquantized weights made them 0.109 apart on an H200: every checkpoint refused."""
+    from clawrl_app.engine.backends.pytorch.nf4_base import dequantize_linears, load_nf4
+    from clawrl_app.engine.training.trainer import load_4bit
+
+    ids = torch.arange(100, 164, device=DEVICE).unsqueeze(0)
+
+    def lps(model: Any) -> torch.Tensor:
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, :-1].float()
+        return torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]
+
+    trainer, _ = load_4bit(model_dir)
+    served = load_nf4(model_dir, DEVICE, torch.bfloat16)
+    dequantize_linears(served, torch.bfloat16)
+    gap = (lps(trainer) - lps(served)).abs().max().item()
+    print(f"QLoRA trainer vs served NF4 base on {DEVICE}: max log-prob gap {gap:.2e}")
+    assert gap <= 0.05
+
+
 # --- the whole engine -----------------------------------------------------------------------
 def test_engine_answers_the_openai_client(model_dir: Path, tmp_path: Path) -> None:
     """The whole engine (endpoint, torch backend, trainer process on) as `clawrl-app serve`

@@ -71,6 +71,7 @@ def build_backend(
         max_queue=settings.server.max_queue,
         # merged copies per LoRA version when memory allows (the plan's choice)
         merge_lora=plan.merge_lora,
+        qlora=plan.train_mode == "qlora",
         prefix_cache_bytes=prefix_cache_mib(settings, plan) * MIB,
     )
     return backend, tokenizer

@@ -27,23 +27,32 @@ def enable_checkpointing(model: Any, *, adapter: bool) -> None:
         model.enable_input_require_grads()
 
 
-def load_4bit(path: Path, device: str = "cuda", checkpointing: bool = False) -> tuple[Any, Any]:
+def load_4bit(
+    path: Path,
+    device: str = "cuda",
+    checkpointing: bool = False,
+    dtype: torch.dtype | None = None,
+) -> tuple[Any, Any]:
     """QLoRA: the base model in 4-bit NF4 (bitsandbytes), ready for LoRA training, with
     gradient checkpointing only when the plan chose it (peft's default is always on). The
-    serving side serves exactly these weights, dequantized (engine/backends/pytorch/nf4_base.py)."""
-    from peft import prepare_model_for_kbit_training
+    serving side serves exactly these weights, dequantized (engine/backends/pytorch/nf4_base.py).
+
+    `dtype` is the compute dtype (default: bf16 on a GPU, fp32 on a CPU). Every weight that is
+    not 4-bit (embeddings, norms, the LM head) stays in it: peft's
+    `prepare_model_for_kbit_training` casts them to fp32, which carries the whole residual
+    stream in fp32 while the server computes in bf16, so the publisher's canary saw the two
+    0.11 apart on an H200 (tolerance 0.05) and refused every QLoRA checkpoint."""
     from transformers import AutoTokenizer
 
     from clawrl_app.engine.backends.pytorch.nf4_base import load_nf4
 
     on_gpu = device.startswith("cuda")
-    model = load_nf4(
-        path, "cuda:0" if device == "cuda" else device, torch.bfloat16 if on_gpu else torch.float32
-    )
+    if dtype is None:
+        dtype = torch.bfloat16 if on_gpu else torch.float32
+    model = load_nf4(path, "cuda:0" if device == "cuda" else device, dtype)
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    prepared = prepare_model_for_kbit_training(
-        model,
-        use_gradient_checkpointing=checkpointing,
-        gradient_checkpointing_kwargs=CHECKPOINT_KWARGS,
-    )
-    return prepared, tokenizer
+    for param in model.parameters():
+        param.requires_grad_(False)
+    if checkpointing:
+        enable_checkpointing(model, adapter=True)
+    return model, tokenizer

@@ -45,6 +45,7 @@ class TorchBackend(WorkerBackend):
         max_batch: int = 8,
         max_queue: int = 64,
         merge_lora: bool = False,
+        qlora: bool = False,
         prefix_cache_bytes: int = 0,
         prefix_min_tokens: int = MIN_REUSE_TOKENS,
     ) -> None:
@@ -59,7 +60,9 @@ class TorchBackend(WorkerBackend):
         self._merge_lora = merge_lora and next(model.parameters()).dtype == torch.float32
         """Serve each LoRA version as its own merged copy of the weights (float32 only: in
         16-bit weights the merge rounds a fresh adapter's update away)."""
-        self._hooks = LoraHooks(model)
+        self._hooks = LoraHooks(model, round_delta=qlora)
+        """LoRA versions through forward hooks; `qlora`: they were trained on a 4-bit base (the
+        model is its dequantized copy) and are added in the order peft's 4-bit layers use."""
         self._full: dict[str, Any] = {}  # full fine-tuning versions: their own weights
         self._prefix = PrefixCache(prefix_cache_bytes, prefix_min_tokens)
         """KV of earlier prompts + answers, reused by prompts that repeat them (0 B = off)."""

@@ -46,12 +46,13 @@ def export(embedded_model: Any, tmp_path_factory: pytest.TempPathFactory) -> Pat
     return dest
 
 
-@pytest.fixture(scope="module")
-def trained(embedded_model: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+def with_adapter(
+    embedded_model: Any, tmp_path_factory: pytest.TempPathFactory, dtype: torch.dtype
+) -> tuple[Any, Path]:
     """The trainer's side: the 4-bit base with a LoRA adapter (non-zero B, as after steps)."""
     from peft import LoraConfig, get_peft_model
 
-    base, _ = load_4bit(embedded_model.path, "cpu")
+    base, _ = load_4bit(embedded_model.path, "cpu", dtype=dtype)
     model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS))
     gen = torch.Generator(device="cpu").manual_seed(0)
     with torch.no_grad():
@@ -61,6 +62,11 @@ def trained(embedded_model: Any, tmp_path_factory: pytest.TempPathFactory) -> tu
     out = tmp_path_factory.mktemp("qlora-adapter") / "v1"
     model.save_pretrained(str(out))
     return model.eval(), out
+
+
+@pytest.fixture(scope="module")
+def trained(embedded_model: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    return with_adapter(embedded_model, tmp_path_factory, torch.float32)
 
 
 def canary(model: Any, tok: Any) -> list[dict[str, Any]]:
@@ -77,11 +83,19 @@ def canary(model: Any, tok: Any) -> list[dict[str, Any]]:
     return out
 
 
-def served_gap(model_dir: Path, adapter: Path, expected: list[dict[str, Any]]) -> float:
-    model, tok = load_model(ResolvedModel(model_dir, "local", "m", 8192))
+def served_gap(
+    model_dir: Path,
+    adapter: Path,
+    expected: list[dict[str, Any]],
+    dtype: str = "auto",
+    qlora: bool = False,
+) -> float:
+    model, tok = load_model(ResolvedModel(model_dir, "local", "m", 8192), dtype=dtype)
 
     async def go() -> float:
-        be = TorchBackend(model, tok, model_name="m", context_length=8192, merge_lora=True)
+        be = TorchBackend(
+            model, tok, model_name="m", context_length=8192, merge_lora=True, qlora=qlora
+        )
         await be.start()
         try:
             await be.load_adapter("v1", adapter)
@@ -126,3 +140,51 @@ def test_the_export_is_private_reused_and_rebuilt_when_the_model_changes(
         embedded_model.path, export, device="cpu", dtype=torch.float32, progress=lines.append
     )
     assert any("quantizing" in line for line in lines)  # an old recipe is rebuilt
+
+
+def test_the_bf16_trainer_keeps_its_unquantized_weights_in_bf16(embedded_model: Any) -> None:
+    """On CUDA the QLoRA trainer computes in bf16. peft's prepare_model_for_kbit_training
+    casts the embeddings, norms and LM head to fp32, so the residual stream ran in fp32
+    against the server's bf16: an H200 refused every QLoRA checkpoint (canary gap 0.109,
+    tolerance 0.05). The trainer's 4-bit model in bf16 must compute what the served
+    dequantized base computes; the peft recipe (the old one) must not."""
+    from peft import prepare_model_for_kbit_training
+
+    from clawrl_app.engine.backends.pytorch.nf4_base import dequantize_linears, load_nf4
+
+    ids = torch.arange(100, 164).unsqueeze(0)
+
+    def lps(model: Any) -> torch.Tensor:
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, :-1].float()
+        return torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]
+
+    trainer, _ = load_4bit(embedded_model.path, "cpu", dtype=torch.bfloat16)
+    floats = {p.dtype for p in trainer.parameters() if p.is_floating_point()}
+    assert floats == {torch.bfloat16}, floats
+    assert not any(p.requires_grad for p in trainer.parameters())  # LoRA adds what trains
+    served = load_nf4(embedded_model.path, "cpu", torch.bfloat16)
+    dequantize_linears(served, torch.bfloat16)
+    ours = (lps(trainer) - lps(served)).abs().max().item()
+    peft_recipe = (lps(prepare_model_for_kbit_training(trainer)) - lps(served)).abs().max().item()
+    print(f"bf16 log-prob gap: ours {ours:.2e}, peft's fp32 upcast {peft_recipe:.2e}")
+    assert ours <= CPU_TOLERANCE
+    assert peft_recipe > 5e-2  # what the H200's canary refused
+
+
+def test_a_bf16_qlora_version_is_served_with_the_trainers_numerics(
+    embedded_model: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """peft's 4-bit LoRA layer rounds the adapter's output to bf16 before adding it (its plain
+    layers add in float32 and round once): the server's hooks must do the same for a QLoRA
+    version, or the canary drifts (0.057 on an H200, tolerance 0.05: refused)."""
+    model, adapter = with_adapter(embedded_model, tmp_path_factory, torch.bfloat16)
+    _, tok = load_model(embedded_model)
+    expected = canary(model, tok)
+    dest = tmp_path_factory.mktemp("nf4-bf16") / "SmolLM2-nf4-base"
+    export_nf4_base(embedded_model.path, dest, device="cpu", dtype=torch.bfloat16)
+    ours = served_gap(dest, adapter, expected, dtype="bfloat16", qlora=True)
+    plain = served_gap(dest, adapter, expected, dtype="bfloat16", qlora=False)
+    print(f"bf16 QLoRA canary gap: peft's 4-bit order {ours:.2e}, float32 add {plain:.2e}")
+    assert ours <= CPU_TOLERANCE
+    assert plain > ours
