@@ -386,8 +386,8 @@ class RegressionGuard:
         return score_general(self.general, facts, opens)
 
     async def user_form(self, version: str) -> UserForm:
-        """`version`'s and the base model's form on the user's newest prompts answered
-        greedily, each at the answer budget the user's request set (at most
+        """`version`'s and the base model's form on the user's prompts (held-out turns first,
+        then the newest) answered greedily, each at the answer budget the user's request set (at most
         `open_max_tokens`: a loop shows by then; `open_max_tokens` when it set none): their
         degeneration rates and mean repeated-phrase shares; None when off or too few
         prompts. A loop the user would see within their budget counts; one only a longer
@@ -397,7 +397,14 @@ class RegressionGuard:
         n = self.settings.user_form_items
         cap = self.settings.open_max_tokens
         room = self.backend.info().context_length - cap
-        prompts = await asyncio.to_thread(self.store.user_prompts, n, room) if n else []
+        # held-out turns first: a version is fitted to the prompts it trained on, and its
+        # loops show on new ones (calm/plain's v3 looped on 1 of 10 new prompts and was no
+        # worse than the base on the 12 newest trained ones)
+        prompts = (
+            await asyncio.to_thread(self.store.user_prompts, n, room, held_out_first=True)
+            if n
+            else []
+        )
         if len(prompts) < USER_FORM_MIN:
             return UserForm(n=len(prompts))
 

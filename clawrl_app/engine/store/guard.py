@@ -35,7 +35,7 @@ HELD_OUT_SQL = (
 USER_PROMPTS_SQL = (
     "SELECT t.id, t.request_json FROM turns t JOIN sessions ss ON ss.id = t.session_id "
     "WHERE t.type = 'main' AND t.redacted = 0 AND t.prompt_tokens <= ? "
-    "AND ss.review_state != 'excluded' AND ss.source NOT LIKE ? ORDER BY t.id DESC LIMIT ?"
+    "AND ss.review_state != 'excluded' AND ss.source NOT LIKE ? ORDER BY {order} LIMIT ?"
 )
 
 
@@ -93,14 +93,19 @@ class GuardMixin(StoreBase):
             for tid, p, r, score in self._rows(HELD_OUT_SQL, (limit,))
         ]
 
-    def user_prompts(self, limit: int, max_prompt_tokens: int) -> list[UserPrompt]:
+    def user_prompts(
+        self, limit: int, max_prompt_tokens: int, held_out_first: bool = False
+    ) -> list[UserPrompt]:
         """The conversations (request messages) of the user's newest chat turns, newest
         first, each conversation once, at most `limit`: plain text messages only (no tool
         calls), prompts of at most `max_prompt_tokens`, no env or excluded sessions; each
-        with the answer budget its request asked for."""
+        with the answer budget its request asked for. `held_out_first`: the held-out turns
+        (never trained on) before the others, newest first within each."""
+        order = "t.holdout DESC, t.id DESC" if held_out_first else "t.id DESC"
+        sql = USER_PROMPTS_SQL.format(order=order)
         out: list[UserPrompt] = []
         seen: set[str] = set()
-        for tid, raw in self._rows(USER_PROMPTS_SQL, (max_prompt_tokens, ENV_PREFIX, limit * 4)):
+        for tid, raw in self._rows(sql, (max_prompt_tokens, ENV_PREFIX, limit * 4)):
             request = json.loads(raw)
             messages = request.get("messages") or []
             key = json.dumps(messages, sort_keys=True)

@@ -177,6 +177,15 @@ def test_user_prompts_are_the_newest_plain_distinct_conversations(tmp_path: Path
         # each with the budget its request set, or None
         assert [p.max_tokens for p in got] == [64, 48, None]
         assert len(store.user_prompts(1, 4096)) == 1
+        # the guard asks the held-out turns (never trained on) first, newest first in each
+        d = store.record_turn(
+            NewTurn("chat", "main", {"messages": [{"role": "user", "content": "new"}]}, "a",
+                    [1] * 10, [2], [0.0], "base", prompt_tokens=10, holdout=True)
+        ).id  # fmt: skip
+        turn("chat", [{"role": "user", "content": "newest"}])
+        first = store.user_prompts(3, 4096, held_out_first=True)
+        assert [p.turn_id for p in first] == [d, d + 1, b]
+        assert store.user_prompts(1, 4096)[0].turn_id == d + 1  # the teacher check: newest
 
 
 def test_facts_on_degenerate_answers_count_as_wrong() -> None:
