@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +189,29 @@ def test_a_bf16_qlora_version_is_served_with_the_trainers_numerics(
     print(f"bf16 QLoRA canary gap: peft's 4-bit order {ours:.2e}, float32 add {plain:.2e}")
     assert ours <= CPU_TOLERANCE
     assert plain > ours
+
+
+def test_a_qlora_plan_builds_a_backend_on_the_nf4_base_in_the_4bit_order(
+    embedded_model: Any, tmp_path: Path
+) -> None:
+    """The wiring the GPU depends on: under `train_mode = qlora` the torch backend serves the
+    NF4 export and adds LoRA versions in peft's 4-bit order (float32 on a CPU hides both, so
+    no other CPU test would notice either going missing)."""
+    from clawrl_app.config import Settings
+    from clawrl_app.engine.backends.setup import build_backend
+    from clawrl_app.hardware import Plan
+    from clawrl_app.paths import app_paths
+
+    plan = Plan(
+        backend="torch", serve_devices=(), judge_devices=(), train_devices=(),
+        train_mode="qlora", judge_backend="heuristic", judge_shares_serving=True,
+        colocated=True, sglang_mem_fraction=None, default_batch_size=4, memory=(), reasons=(),
+    )  # fmt: skip
+    paths = app_paths(tmp_path / "home")
+    backend, _ = build_backend(Settings(), plan, embedded_model, paths)
+    assert isinstance(backend, TorchBackend)
+    assert backend._hooks._round_delta  # QLoRA versions: rounded, then added
+    assert (paths.models_dir / f"{embedded_model.name}-nf4-base" / STAMP).exists()
+    lora_plan = replace(plan, train_mode="lora")
+    plain, _ = build_backend(Settings(), lora_plan, embedded_model, paths)
+    assert isinstance(plain, TorchBackend) and not plain._hooks._round_delta
