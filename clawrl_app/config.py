@@ -377,8 +377,8 @@ class GuardSettings(_Section):
     repeated phrases per answer): a drift toward loops, seen before answers loop outright."""
     user_form_items: int = Field(default=12, ge=0)
     """Also answer your prompts (this many: the held-out turns, never trained on, first, then
-    the newest; greedy, at most `open_max_tokens` long) and hold
-    their degeneration rate to the base model's on the same prompts, with the same margin:
+    the newest; greedy, at most `open_max_tokens` long) and hold their degeneration rate to
+    the base model's on the same prompts, with the same margin:
     a version can loop on your kind of request while the shipped open prompts look fine
     (0 = off; it decides from USER_FORM_MIN prompts on)."""
 

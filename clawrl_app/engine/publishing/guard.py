@@ -387,9 +387,9 @@ class RegressionGuard:
 
     async def user_form(self, version: str) -> UserForm:
         """`version`'s and the base model's form on the user's prompts (held-out turns first,
-        then the newest) answered greedily, each at the answer budget the user's request set (at most
-        `open_max_tokens`: a loop shows by then; `open_max_tokens` when it set none): their
-        degeneration rates and mean repeated-phrase shares; None when off or too few
+        then the newest) answered greedily, each at the answer budget the user's request set
+        (at most `open_max_tokens`: a loop shows by then; `open_max_tokens` when it set none):
+        their degeneration rates and mean repeated-phrase shares; None when off or too few
         prompts. A loop the user would see within their budget counts; one only a longer
         answer reaches does not (the base model itself loops on many prompts at 160 tokens,
         which would hide every change). The base's answers are kept per turn (they never
