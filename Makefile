@@ -104,7 +104,9 @@ run: $(VENV)/.installed system-deps $(if $(filter 1,$(SGLANG)),sglang)
 TEST_WORKERS ?= 2
 test: $(VENV)/.installed system-deps
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --max-worker-restart 0)
+	rm -rf .pytest-faults
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --max-worker-restart 0) \
+	  || { for f in .pytest-faults/*.log; do [ -s "$$f" ] && { echo "== $$f"; cat "$$f"; }; done; exit 1; }
 
 check: $(VENV)/.installed system-deps
 	$(BIN)/ruff format --check clawrl_app tests bench

@@ -38,6 +38,28 @@ def _pin_xdist_worker() -> None:
 _pin_xdist_worker()
 
 
+_FAULT_LOG = pytest.StashKey[Any]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist worker that dies in native code (an abort, a segfault) leaves no traceback:
+    the test's captured stderr dies with it and xdist says only "node down". Each worker
+    dumps every thread's Python stack to `.pytest-faults/<worker>.log` instead (after
+    pytest's own faulthandler setup); `make test` prints the non-empty ones when it fails.
+    An empty or missing log after a "node down" means a kill, not a fault."""
+    import faulthandler
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return
+    folder = Path(str(config.rootpath)) / ".pytest-faults"
+    folder.mkdir(exist_ok=True)
+    log = open(folder / f"{worker}.log", "w")  # noqa: SIM115 (open until the process ends)
+    config.stash[_FAULT_LOG] = log
+    faulthandler.enable(file=log, all_threads=True)
+
+
 # --- embedded model fixtures (clawrl_app.models) -------------------------------------------
 # Converted once per session; with CLAWRL_TEST_CACHE=<dir> the conversion is reused across
 # runs (once per machine). Treat the loaded model as read-only: tests that train copy it.
