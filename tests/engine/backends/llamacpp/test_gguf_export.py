@@ -27,6 +27,8 @@ from clawrl_app.engine.backends.llamacpp.gguf_export import (
     lora_to_gguf,
     rope_interleave_rows,
 )
+from clawrl_app.engine.backends.llamacpp.runtime import _silent_log, llama_cpp_module
+from clawrl_app.engine.backends.llamacpp.weights import f16_copy
 from clawrl_app.models import embedded_gguf_path
 
 L = pytest.importorskip("llama_cpp")
@@ -116,6 +118,25 @@ class Llama:
         for model, ctx in reversed(self.loaded):
             L.llama_free(ctx)
             L.llama_model_free(model)
+        # llama.cpp keeps the log callback process-wide: hand it back the app's, which lives
+        # as long as the process. Left pointing at ours, freed with this object, the next
+        # llama.cpp log line of any later test in this worker jumps into freed memory (it
+        # crashed `make test`'s smoke test in f16_copy: "node down").
+        L.llama_log_set(_silent_log, ctypes.c_void_p(0))
+
+
+def test_a_closed_runtime_leaves_llama_cpp_a_live_log_callback(tmp_path: Path) -> None:
+    """After a test runtime is closed and freed, llama.cpp still logs safely: writing an F16
+    copy (llama.cpp's quantizer logs as it goes) must not call the freed callback."""
+    import gc
+
+    llama_cpp_module()  # the app's runtime first (as when a serving test ran before this file)
+    runtime = Llama()
+    runtime.close()
+    del runtime
+    gc.collect()
+    out = f16_copy(embedded_gguf_path(), tmp_path / "f16.gguf")
+    assert out.is_file() and out.stat().st_size > 0
 
 
 def torch_logp(model: Any, ids: list[int]) -> np.ndarray:
