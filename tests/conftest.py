@@ -53,7 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if not worker.startswith("gw"):
         return
-    folder = Path(str(config.rootpath)) / ".pytest-faults"
+    folder = config.rootpath / ".pytest-faults"
     folder.mkdir(exist_ok=True)
     log = open(folder / f"{worker}.log", "w")  # noqa: SIM115 (open until the process ends)
     config.stash[_FAULT_LOG] = log
