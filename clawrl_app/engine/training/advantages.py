@@ -102,3 +102,29 @@ def advantages_from(rewards_B: Tensor, has_reward_B: Tensor, baseline: float | T
         r_B = _upcast(rewards_B.detach())  # (B,)
         signal_B = has_reward_B.bool() & (r_B != 0)  # (B,)
         return torch.where(signal_B, r_B - baseline, 0.0)  # (B,)
+
+
+def carries_contrast(
+    kind: BaselineKind,
+    rewards: Sequence[float],
+    has_reward: Sequence[bool],
+    centred: Sequence[bool],
+    has_teacher: Sequence[bool],
+    ema_value: float | None = None,
+) -> bool:
+    """Whether a batch gives the optimizer anything to follow: a teacher (hint) term on some
+    sample, an env advantage != 0, or a chat reward that differs from the batch's baseline
+    (`batch_baseline`'s rules over the samples that are not centred). A batch of equal
+    rewards and no hint moves nothing through the loss, but an optimizer step on it would
+    still move the weights: AdamW's momentum repeats the previous steps' direction at ~0.9
+    of their size whatever the new gradient is, so the trainer takes no step on it."""
+    n = len(rewards)
+    if not n == len(has_reward) == len(centred) == len(has_teacher):
+        raise ValueError("rewards, has_reward, centred and has_teacher differ in length")
+    if any(has_teacher):
+        return True
+    if any(c and h and r != 0 for r, h, c in zip(rewards, has_reward, centred, strict=True)):
+        return True
+    plain = [(r, h) for r, h, c in zip(rewards, has_reward, centred, strict=True) if not c]
+    base = batch_baseline(kind, [r for r, _ in plain], [h for _, h in plain], ema_value)
+    return any(h and r != 0 and r != base for r, h in plain)

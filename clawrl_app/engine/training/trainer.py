@@ -14,7 +14,6 @@ import argparse
 import contextlib
 import json
 import logging
-import math
 import os
 import sys
 import time
@@ -39,6 +38,7 @@ from clawrl_app.engine.store import Store
 from clawrl_app.engine.training.advantages import (
     advantages_from,
     batch_baseline,
+    carries_contrast,
     ema_baseline_update,
 )
 from clawrl_app.engine.training.config import TrainerConfig
@@ -70,6 +70,7 @@ from clawrl_app.engine.training.sharding import (
     save_full_model,
     unwrapped,
 )
+from clawrl_app.engine.training.step_metrics import step_metrics, weighted_totals
 from clawrl_app.engine.training.train_data import Skip, TrainItem, build_item, micro_batches
 
 log = logging.getLogger("clawrl.trainer")
@@ -305,13 +306,18 @@ class Trainer:
         metrics (losses and statistics of the last update)."""
         t0 = time.monotonic()
         self.pause_budget.reset()
-        if self.ranks.main:
-            print(json.dumps({"event": "step_started", "step": self.step + 1}), flush=True)
         self.baseline = (
             ema_baseline_update(self.baseline, [it.reward for it in plain])
             if (plain := [it for it in items if it.has_reward and not it.centred])
             else self.baseline
         )
+        if not self.carries_contrast(items):  # no step: the caller makes no version of it
+            return {
+                "optim/skipped": 1.0,
+                "reward/mean": sum(it.reward for it in items) / len(items),
+            }
+        if self.ranks.main:
+            print(json.dumps({"event": "step_started", "step": self.step + 1}), flush=True)
         parts, grad_norm = self._update(items)
         for _ in range(self.cfg.updates_per_batch - 1):  # more PPO-style passes, same batch
             parts, grad_norm = self._update(items)
@@ -319,32 +325,22 @@ class Trainer:
         # The step's one read-back (with grad_norm below); each rank's share-weighted sums
         # add up to the global batch's figures.
         totals = sum_over_ranks(weighted_totals(parts), self.ranks, self.device)
-        rewards = [it.reward for it in items]
-        metrics = {
-            "loss": totals.get("loss", 0.0),
-            "pg_loss": totals.get("pg_loss", 0.0),
-            "clip_frac": totals.get("clip_frac", 0.0),
-            "ratio_mean": totals.get("ratio_mean", 1.0),
-            "kl": totals.get("kl", 0.0),
-            "entropy": totals.get("entropy", 0.0),
-            "reward/mean": sum(rewards) / len(rewards),
-            "adv/mean": totals.get("adv_mean", 0.0),
-            "adv/std": totals.get("adv_std", 0.0),
-            "samples/rl": float(sum(it.has_reward and it.teacher_logprobs is None for it in items)),
-            "samples/opd": float(
-                sum(not it.has_reward and it.teacher_logprobs is not None for it in items)
-            ),
-            "samples/both": float(
-                sum(it.has_reward and it.teacher_logprobs is not None for it in items)
-            ),
-            "tokens": float(sum(len(it.response_ids) for it in items)),
-            "optim/grad_norm": float(grad_norm),
-            "optim/lr": self.cfg.lr,
-            "optim/updates": float(self.cfg.updates_per_batch),
-            "time/step_s": time.monotonic() - t0,
-            "time/paused_s": self.pause_budget.paused_s,
-        }
-        return {k: v for k, v in metrics.items() if math.isfinite(v)}
+        return step_metrics(
+            items, totals, float(grad_norm), self.cfg.lr, self.cfg.updates_per_batch,
+            time.monotonic() - t0, self.pause_budget.paused_s,
+        )  # fmt: skip
+
+    def carries_contrast(self, items: list[TrainItem]) -> bool:
+        """Whether the batch has anything to teach (`advantages.carries_contrast`); a step on
+        one that has not would move the weights by AdamW's momentum alone."""
+        return carries_contrast(
+            self.cfg.baseline,  # type: ignore[arg-type]
+            [it.reward for it in items],
+            [it.has_reward for it in items],
+            [it.centred for it in items],
+            [it.teacher_logprobs is not None or it.teacher_topk_ids is not None for it in items],
+            self.baseline,
+        )
 
     def _update(self, items: list[TrainItem]) -> tuple[list[Any], torch.Tensor]:
         """One optimizer update over the global batch `items`: this rank's share of it,
@@ -525,6 +521,17 @@ class Trainer:
         items = self.still_allowed(self.next_batch())
         return ("train", items) if len(items) >= self.cfg.batch_size else ("wait", [])
 
+    def skip_without_contrast(self, items: list[TrainItem]) -> None:
+        """Rank 0 marks a batch that carried no contrast skipped, with the reason; no step
+        was taken and no version is made from it."""
+        if not self.ranks.main:
+            return
+        store = self._main_store()
+        for it in items:
+            reason = f"no contrast: every reward in its batch was {it.reward:+g} and no hint"
+            store.set_sample_state(it.sample_id, "skipped", reason)
+        log.info("batch of %d samples skipped: equal rewards, no hint", len(items))
+
     def _owner_gone(self) -> bool:
         try:
             self.check_owner()
@@ -545,25 +552,15 @@ class Trainer:
                 time.sleep(self.cfg.poll_s)
                 continue
             metrics = self.train_step(items)
+            if metrics.get("optim/skipped"):
+                self.skip_without_contrast(items)
+                continue
             if self.engine_gone():  # a step is long: the engine may have died meanwhile
                 raise EngineGone
             version = self.save(items, metrics)
             if self.ranks.main:
                 event = {"event": "checkpoint", "version": version, "step": self.step, **metrics}
                 print(json.dumps(event), flush=True)
-
-
-def weighted_totals(
-    parts: list[tuple[float, torch.Tensor, Mapping[str, float]]],
-) -> dict[str, float]:
-    """Share-weighted sums over micro-batches of the loss and of each statistic."""
-    losses = torch.stack([loss.float() for _, loss, _ in parts]).tolist() if parts else []
-    totals: dict[str, float] = {}
-    for (share, _, stats), loss in zip(parts, losses, strict=True):
-        totals["loss"] = totals.get("loss", 0.0) + loss * share
-        for k, v in stats.items():
-            totals[k] = totals.get(k, 0.0) + float(v) * share
-    return totals
 
 
 def main(argv: list[str] | None = None) -> int:

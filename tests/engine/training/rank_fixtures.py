@@ -23,9 +23,16 @@ def tiny_llama(out: Path, tokenizer_dir: Path) -> Path:
     return out
 
 
-def judged_store(path: Path, n: int, seed: int = 0) -> list[int]:
-    """`n` one-turn sessions, each turn's sample judged (rewards +1/-1 alternating, every
-    third with a teacher) and eligible now; returns the sample ids."""
+def judged_store(
+    path: Path,
+    n: int,
+    seed: int = 0,
+    rewards: list[float] | None = None,
+    teacher_every: int = 3,
+) -> list[int]:
+    """`n` one-turn sessions, each turn's sample judged (rewards `rewards`, else +1/-1
+    alternating; every `teacher_every`-th with a teacher, none at 0) and eligible now;
+    returns the sample ids."""
     rng = random.Random(seed)
     ids = []
     with Store(path) as store:
@@ -52,9 +59,11 @@ def judged_store(path: Path, n: int, seed: int = 0) -> list[int]:
             )
             sample = store.create_sample(turn.id, sid, "user", "reply", None)
             assert sample is not None
-            teacher = [-rng.uniform(0.2, 2.0) for _ in resp] if k % 3 == 0 else None
+            with_teacher = teacher_every > 0 and k % teacher_every == 0
+            teacher = [-rng.uniform(0.2, 2.0) for _ in resp] if with_teacher else None
+            reward = rewards[k] if rewards is not None else (1.0 if k % 2 else -1.0)
             store.record_judgment(
-                sample, "test", [1], 1.0 if k % 2 else -1.0, "hint" if teacher else None,
+                sample, "test", [1], reward, "hint" if teacher else None,
                 [], None, teacher, eligible_at=0.0,
             )  # fmt: skip
             ids.append(sample)

@@ -15,7 +15,11 @@ import torch
 from torch import Tensor
 
 from clawrl_app.config import TrainSettings
-from clawrl_app.engine.training.advantages import ema_baseline_update, rl_advantages
+from clawrl_app.engine.training.advantages import (
+    carries_contrast,
+    ema_baseline_update,
+    rl_advantages,
+)
 from clawrl_app.engine.training.losses import (
     OBJECTIVES,
     STAT_KEYS,
@@ -239,6 +243,37 @@ def test_rl_advantages_without_signal_and_unknown_kind() -> None:
     assert torch.equal(adv, t([0.0, 0.0]))
     with pytest.raises(ValueError):
         rl_advantages(t([1.0]), b([True]), "mean", None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kind", "rewards", "centred", "teacher", "ema", "expected"),
+    [
+        ("batch_mean", [1.0, 1.0], [False, False], [False, False], None, False),  # all liked
+        ("batch_mean", [-1.0, -1.0], [False, False], [False, False], None, False),
+        ("batch_mean", [1.0, -1.0], [False, False], [False, False], None, True),
+        ("batch_mean", [-1.0, -1.0], [False, False], [True, False], None, True),  # a hint
+        ("batch_mean", [0.5, 0.5], [True, True], [False, False], None, True),  # env advantages
+        ("batch_mean", [0.0, 0.0], [True, True], [False, False], None, False),  # a flat group
+        ("batch_mean", [1.0, 0.0, 0.0], [False, True, True], [False] * 3, None, False),
+        ("ema", [-1.0, -1.0], [False, False], [False, False], -0.5, True),  # r - ema != 0
+        ("ema", [-1.0, -1.0], [False, False], [False, False], -1.0, False),
+        ("none", [-1.0, -1.0], [False, False], [False, False], None, True),  # upstream A = r
+    ],
+)
+def test_carries_contrast(
+    kind: Any,
+    rewards: list[float],
+    centred: list[bool],
+    teacher: list[bool],
+    ema: float | None,
+    expected: bool,
+) -> None:
+    has = [True] * len(rewards)
+    assert carries_contrast(kind, rewards, has, centred, teacher, ema) is expected
+    # a sample without a reward carries none, whatever its value
+    assert not carries_contrast("batch_mean", [1.0, -1.0], [True, False], [False] * 2, [False] * 2)
+    with pytest.raises(ValueError, match="differ in length"):
+        carries_contrast(kind, rewards, has, centred, [False], ema)
 
 
 def test_opd_token_advantages_clip_and_zero_where_absent() -> None:

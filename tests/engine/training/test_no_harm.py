@@ -2,7 +2,8 @@
 LoRA, lr 5e-4 as the CPU plan sets it) on answers the policy itself samples.
 
 1. A batch whose rewards are all equal carries no contrast: under the default baseline
-   (`batch_mean`) the reward term does not push at all. Under the old default (`ema`), after
+   (`batch_mean`) the reward term does not push at all, and the trainer takes no optimizer
+   step on it (AdamW's momentum alone would move the weights). Under the old default (`ema`), after
    one mixed batch the moving baseline sits above -1, and an all-negative batch pushes every
    sampled token down (what turned a user's "too long" into loops, issue #29).
 2. An env rollout's reward is its group-relative advantage already: the trainer takes no
@@ -25,12 +26,13 @@ import torch
 from clawrl_app.degeneration import score as degeneration
 from clawrl_app.engine.chat.formatter import ChatFormatter, eos_token_ids
 from clawrl_app.engine.judging.prompts import teacher_messages
-from clawrl_app.engine.store import JudgmentRow
+from clawrl_app.engine.store import JudgmentRow, Store
 from clawrl_app.engine.training.config import TrainerConfig
 from clawrl_app.engine.training.policy_forward import response_logprobs
 from clawrl_app.engine.training.train_data import TrainItem, is_centred
 from clawrl_app.engine.training.trainer import Trainer
 from clawrl_app.models import ResolvedModel
+from tests.engine.training.rank_fixtures import judged_store, tiny_llama
 
 pytestmark = pytest.mark.slow
 
@@ -123,12 +125,51 @@ def test_a_batch_without_contrast_does_not_push_under_the_default_baseline(
     mixed += [item(tr, q, long, -1.0, 1.0, None) for q in QUESTIONS[1:4]]
     assert tr.train_step(mixed)["optim/grad_norm"] > 0  # contrast: the reward term pushes
     negative = [item(tr, q, long, -1.0, 1.0, None) for q in QUESTIONS[4:8]]
-    assert tr.train_step(negative)["optim/grad_norm"] == 0.0
+    before = weights(tr)
+    assert tr.train_step(negative) == {"optim/skipped": 1.0, "reward/mean": -1.0}
+    assert moved(tr, before) == 0.0 and tr.step == 1  # no step taken, no version to make
+    # what the skip prevents: the loss gives no gradient, yet AdamW's momentum moves the
+    # weights along the previous step's direction
+    _, grad_norm = tr._update(negative)
+    assert float(grad_norm) == 0.0 and moved(tr, before) > 0
     # the old default: the moving baseline remembers the +1 (-0.55 now), so four -1 answers
     # all get pushed down, every sampled token of them
     tr.cfg = replace(tr.cfg, baseline="ema")
     negative = [item(tr, q, long, -1.0, 1.0, None) for q in QUESTIONS[4:8]]
     assert tr.train_step(negative)["optim/grad_norm"] > 0.05
+
+
+def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+
+
+def moved(trainer: Trainer, before: dict[str, torch.Tensor]) -> float:
+    """The largest change of a trainable weight since `before`."""
+    now = weights(trainer)
+    return max(float((now[n] - w).abs().max()) for n, w in before.items())
+
+
+def test_the_trainer_skips_a_batch_without_contrast_and_makes_no_version_of_it(
+    tmp_path: Path, embedded_model: ResolvedModel
+) -> None:
+    """The trainer's loop on a store whose oldest batch is two liked answers (equal rewards,
+    no hint) and whose next is a liked and a disliked one: the first is marked skipped with
+    the reason, the second makes v1, the only version."""
+    model = tiny_llama(tmp_path / "tiny", embedded_model.path)
+    ids = judged_store(tmp_path / "s.sqlite3", 4, rewards=[1.0, 1.0, 1.0, -1.0], teacher_every=0)
+    cfg = TrainerConfig(
+        store_path=str(tmp_path / "s.sqlite3"), checkpoints_dir=str(tmp_path / "ckpt"),
+        model_path=str(model), batch_size=2, resume_from="none", max_steps=1, poll_s=0.05,
+    )  # fmt: skip
+    Trainer(cfg).run()
+    with Store(tmp_path / "s.sqlite3") as store:
+        assert [c.version for c in store.list_checkpoints()] == ["v1"]
+        first, second = (
+            [store.get_sample(i) for i in ids[:2]],
+            [store.get_sample(i) for i in ids[2:]],
+        )
+    assert all(s.state == "skipped" and "no contrast" in (s.skip_reason or "") for s in first)
+    assert all(s.state == "trained" and s.trained_in == "v1" for s in second)
 
 
 def judged(backend: str, rating: int | None) -> JudgmentRow:
@@ -146,7 +187,7 @@ def test_env_rewards_are_advantages_already_and_take_no_baseline(
     short = list(tok("Plants make food from light.", add_special_tokens=False)["input_ids"])
     # two winners of a group whose losers are in another batch: +0.5 each
     winners = [item(tr, q, short, 0.5, 1.0, None) for q in QUESTIONS[:2]]
-    assert tr.train_step(winners)["optim/grad_norm"] == 0.0  # as chat rewards: mean removed
+    assert tr.train_step(winners)["optim/skipped"] == 1.0  # as chat rewards: mean removed
     winners = [replace(it, centred=True) for it in winners]
     assert tr.train_step(winners)["optim/grad_norm"] > 0  # as env advantages: pushed up
     # beside them, two chat samples keep their own baseline (+1 and -1: mean 0)
