@@ -397,6 +397,19 @@ class EnvsSettings(_Section):
     """Per-env overrides of `tool_choice`, e.g. {"terminal" = "auto"}. Envs without tools
     (swe's text protocol) ask for no tool call whatever is set."""
 
+    group_size: int = Field(default=8, ge=1, le=64)
+    """Episodes per task in a training round (`env train`, the Environments screen): the
+    group's advantages are each episode's reward against the group's mean, so a task the
+    model solves once in ten gives a group with contrast twice as often at 8 as at 4
+    (docs/benchmarks/envs.md: +28 points on the toolcall curriculum, both seeds)."""
+    tasks_per_round: int = Field(default=6, ge=1, le=64)
+    """Tasks rolled out per training round."""
+    step_judge: Literal["heuristic", "none"] = "none"
+    """Per-turn scores besides the outcome: heuristic (a clean call +1, a repeated or broken
+    one -1, weighted by the step reward mode) or none (outcome rewards only: groups whose
+    episodes all failed carry no contrast and train nothing; measured better on the toolcall
+    curriculum, where step scores alone moved held-out success back to the base's)."""
+
     def tool_choice_for(self, env: str) -> ToolChoice:
         """The tool choice of `env`'s turns."""
         return self.tool_choice_by_env.get(env, self.tool_choice)

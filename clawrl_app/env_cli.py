@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from clawrl_app.config import LoadedSettings, load_settings
+from clawrl_app.config import EnvsSettings, LoadedSettings, load_settings
 from clawrl_app.paths import AppPaths
 
 
@@ -39,13 +39,20 @@ def add_env_parser(sub: Any) -> None:
     t = esub.add_parser("train", help="roll out train tasks until the trainer made N checkpoints")
     t.add_argument("name", help="env name")
     t.add_argument("--steps", type=int, required=True, help="new checkpoints to train")
-    t.add_argument("--group-size", type=int, default=4, help="episodes per task (default 4)")
-    t.add_argument("--tasks-per-round", type=int, default=2, help="tasks per round (default 2)")
+    t.add_argument(
+        "--group-size", type=int, help="episodes per task (default: [envs] group_size, 8)"
+    )
+    t.add_argument(
+        "--tasks-per-round", type=int, help="tasks per round (default: [envs] tasks_per_round, 6)"
+    )
     t.add_argument(
         "--reward-mode", choices=["step", "sequence"], default="step",
         help="step: per-turn outcome + judge score; sequence: one value per episode",
     )  # fmt: skip
-    t.add_argument("--judge", choices=["heuristic", "none"], default="heuristic")
+    t.add_argument(
+        "--judge", choices=["heuristic", "none"],
+        help="per-turn scores besides the outcome (default: [envs] step_judge, none)",
+    )  # fmt: skip
     _rollout_flags(t)
     i = esub.add_parser("import", help="copy a task pack (folder or .tar.gz) into your packs")
     i.add_argument("source", help="pack folder or .tar.gz (see docs/task-packs.md)")
@@ -303,17 +310,28 @@ def _run(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> i
     return 0
 
 
+def train_settings(
+    args: argparse.Namespace, envs: EnvsSettings, env_settings: dict[str, Any]
+) -> Any:
+    """`env train`'s rollout settings: the flags given, else `[envs]`."""
+    from clawrl_app.envs.training import RolloutSettings
+
+    return RolloutSettings(
+        group_size=args.group_size or envs.group_size,
+        tasks_per_round=args.tasks_per_round or envs.tasks_per_round,
+        max_tokens=args.max_tokens, judge=args.judge or envs.step_judge,
+        reward_mode=args.reward_mode, seed=args.seed, env_settings=env_settings,
+        families=tuple(args.family),
+    )  # fmt: skip
+
+
 def _train(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) -> int:
     from clawrl_app.envs.engine_client import EngineClient
-    from clawrl_app.envs.training import NO_SIGNAL, RolloutSettings, train_env
+    from clawrl_app.envs.training import NO_SIGNAL, train_env
 
     if args.steps < 1:
         raise ValueError("--steps must be 1 or more")
-    cfg = RolloutSettings(
-        group_size=args.group_size, tasks_per_round=args.tasks_per_round,
-        max_tokens=args.max_tokens, judge=args.judge, reward_mode=args.reward_mode,
-        seed=args.seed, env_settings=_env_settings(args, paths), families=tuple(args.family),
-    )  # fmt: skip
+    cfg = train_settings(args, loaded.settings.envs, _env_settings(args, paths))
     print(f"env train {args.name}: until {args.steps} new checkpoints, "
           f"{cfg.tasks_per_round} tasks x {cfg.group_size} episodes a round "
           f"(log: {paths.log_dir / 'env.log'})", flush=True)  # fmt: skip

@@ -40,12 +40,12 @@ class NoSignal(RuntimeError):
 
 @dataclass
 class RolloutSettings:
-    group_size: int = 4
-    tasks_per_round: int = 2
+    group_size: int = 8  # the app's defaults: `EnvsSettings` (config.py)
+    tasks_per_round: int = 6
     temperature: float = 1.0
     max_tokens: int | None = 256  # None: the endpoint's default
     concurrency: int = 2
-    judge: str = "heuristic"  # "heuristic" or "none"
+    judge: str = "none"  # "heuristic" (per-turn scores) or "none" (outcome only)
     reward_mode: str = "step"  # "sequence" or "step" (ENVS.md §5.4)
     prm_coef: float = 0.5
     seed: int = 0

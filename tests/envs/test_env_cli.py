@@ -1,6 +1,6 @@
 """`clawrl-app env` output a person can read: one line per training round that says when
 no group carries a signal, the engine's log lines in env.log (not on the terminal) unless
--v, and the [envs] tool choice per env."""
+-v, and the [envs] tool choice and rollout defaults per env."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from clawrl_app.cli import build_parser
 from clawrl_app.config import load_settings
-from clawrl_app.env_cli import log_to_file, round_line
+from clawrl_app.env_cli import log_to_file, round_line, train_settings
 from clawrl_app.envs.training import NO_SIGNAL, RoundReport
 from clawrl_app.paths import app_paths
 
@@ -50,3 +51,20 @@ def test_the_envs_tool_choice_has_per_env_overrides(tmp_path: Path) -> None:
     s = load_settings(toml, env={}).settings
     assert s.envs.tool_choice_for("toolcall") == "required"
     assert s.envs.tool_choice_for("terminal") == "auto"
+
+
+def test_env_train_takes_its_group_size_tasks_and_judge_from_envs_unless_given(
+    tmp_path: Path,
+) -> None:
+    """The defaults measured on the toolcall curriculum (8 episodes per task, 6 tasks a
+    round, outcome rewards only) come from `[envs]`; a flag wins over them."""
+    parser = build_parser()
+    envs = load_settings(tmp_path / "none.toml", env={}).settings.envs
+    cfg = train_settings(parser.parse_args(["env", "train", "toolcall", "--steps", "1"]), envs, {})
+    assert (cfg.group_size, cfg.tasks_per_round, cfg.judge) == (8, 6, "none")
+    toml = tmp_path / "config.toml"
+    toml.write_text('[envs]\ngroup_size = 4\ntasks_per_round = 2\nstep_judge = "heuristic"\n')
+    envs = load_settings(toml, env={}).settings.envs
+    args = parser.parse_args(["env", "train", "toolcall", "--steps", "1", "--group-size", "3"])
+    cfg = train_settings(args, envs, {})
+    assert (cfg.group_size, cfg.tasks_per_round, cfg.judge) == (3, 2, "heuristic")

@@ -48,6 +48,9 @@ def training_engine(embedded_model: Any, tmp_path_factory: pytest.TempPathFactor
         "CLAWRL_SERVER__DEFAULT_MAX_TOKENS": "24",
         "CLAWRL_TRAIN__BATCH_SIZE": "2",
         "CLAWRL_REVIEW__GRACE_S": "0",
+        # a job's group size and tasks per round default to [envs] (8 and 6 otherwise)
+        "CLAWRL_ENVS__GROUP_SIZE": "2",
+        "CLAWRL_ENVS__TASKS_PER_ROUND": "1",
     }
     running = start_engine(tmp_path_factory.mktemp("env-jobs-home"), env)
     yield running
@@ -56,8 +59,8 @@ def training_engine(embedded_model: Any, tmp_path_factory: pytest.TempPathFactor
 
 def test_a_training_job_records_its_rounds(training_engine: Any) -> None:
     base, store = training_engine.base, training_engine.engine.store
-    body = {"kind": "train", "env": "toolcall", "steps": 1, "group_size": 2,
-            "tasks_per_round": 1, "max_rounds": 2, "families": ["nope"]}  # fmt: skip
+    body = {"kind": "train", "env": "toolcall", "steps": 1, "max_rounds": 2,
+            "families": ["nope"]}  # fmt: skip
     r = httpx.post(f"{base}/admin/env/job", json=body, timeout=30)
     assert r.status_code == 409 and "calc_one" in r.json()["error"]["message"]  # lists them
     body["families"] = ["calc_one"]

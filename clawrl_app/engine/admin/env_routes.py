@@ -76,8 +76,10 @@ class JobIn(_Strict):
     steps: int = Field(default=2, ge=1, le=1000)
     split: Literal["train", "heldout"] = "heldout"
     limit: int = Field(default=0, ge=0, le=100_000)
-    group_size: int = Field(default=4, ge=1, le=64)
-    tasks_per_round: int = Field(default=2, ge=1, le=64)
+    group_size: int | None = Field(default=None, ge=1, le=64)
+    """Episodes per task; empty: `[envs] group_size`."""
+    tasks_per_round: int | None = Field(default=None, ge=1, le=64)
+    """Tasks per round; empty: `[envs] tasks_per_round`."""
     max_tokens: int | None = Field(default=None, ge=1, le=32_768)
     max_rounds: int = Field(default=50, ge=1, le=100_000)
     seed: int = Field(default=0, ge=0, le=2**31)

@@ -54,8 +54,10 @@ class JobRequest:
     """eval: which tasks."""
     limit: int = 0
     """eval: only the first N tasks (0 = all)."""
-    group_size: int = 4
-    tasks_per_round: int = 2
+    group_size: int | None = None
+    """train: episodes per task; None: `[envs] group_size`."""
+    tasks_per_round: int | None = None
+    """train: tasks per round; None: `[envs] tasks_per_round`."""
     max_tokens: int | None = None
     """Per model turn; None: the endpoint's default (`server.default_max_tokens`)."""
     max_rounds: int = 50
@@ -362,9 +364,10 @@ class EnvJobs:
     def _settings(self, job: _Job) -> Any:
         from clawrl_app.envs.training import RolloutSettings
 
-        r = job.request
-        return RolloutSettings(group_size=r.group_size, tasks_per_round=r.tasks_per_round,
-                               max_tokens=r.max_tokens, seed=r.seed,
+        r, envs = job.request, self.engine.settings.envs
+        return RolloutSettings(group_size=r.group_size or envs.group_size,
+                               tasks_per_round=r.tasks_per_round or envs.tasks_per_round,
+                               judge=envs.step_judge, max_tokens=r.max_tokens, seed=r.seed,
                                families=r.families)  # fmt: skip
 
     def _train(self, job: _Job, client: Any) -> None:
