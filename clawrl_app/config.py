@@ -381,6 +381,11 @@ class GuardSettings(_Section):
     the base model's on the same prompts, with the same margin:
     a version can loop on your kind of request while the shipped open prompts look fine
     (0 = off; it decides from USER_FORM_MIN prompts on)."""
+    user_form_min_tokens: int = Field(default=32, ge=0)
+    """Leave out of that check requests that allowed fewer answer tokens: a reply of a few
+    words ("You're welcome") cannot show a loop, and such short follow-ups would fill the
+    check's places (the brevity/tips25 bench's closing turns, 8 tokens, were half of them
+    and hid a version that looped on 4 of 10 new prompts)."""
 
 
 ToolChoice = Literal["required", "auto", "none"]

@@ -401,7 +401,13 @@ class RegressionGuard:
         # loops show on new ones (calm/plain's v3 looped on 1 of 10 new prompts and was no
         # worse than the base on the 12 newest trained ones)
         prompts = (
-            await asyncio.to_thread(self.store.user_prompts, n, room, held_out_first=True)
+            await asyncio.to_thread(
+                self.store.user_prompts,
+                n,
+                room,
+                held_out_first=True,
+                min_budget=self.settings.user_form_min_tokens,
+            )  # fmt: skip
             if n
             else []
         )

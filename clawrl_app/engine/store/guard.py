@@ -94,13 +94,18 @@ class GuardMixin(StoreBase):
         ]
 
     def user_prompts(
-        self, limit: int, max_prompt_tokens: int, held_out_first: bool = False
+        self,
+        limit: int,
+        max_prompt_tokens: int,
+        held_out_first: bool = False,
+        min_budget: int = 0,
     ) -> list[UserPrompt]:
         """The conversations (request messages) of the user's newest chat turns, newest
         first, each conversation once, at most `limit`: plain text messages only (no tool
         calls), prompts of at most `max_prompt_tokens`, no env or excluded sessions; each
         with the answer budget its request asked for. `held_out_first`: the held-out turns
-        (never trained on) before the others, newest first within each."""
+        (never trained on) before the others, newest first within each. `min_budget`: leave
+        out requests that allowed fewer answer tokens (one that set none is kept)."""
         order = "t.holdout DESC, t.id DESC" if held_out_first else "t.id DESC"
         sql = USER_PROMPTS_SQL.format(order=order)
         out: list[UserPrompt] = []
@@ -109,9 +114,12 @@ class GuardMixin(StoreBase):
             request = json.loads(raw)
             messages = request.get("messages") or []
             key = json.dumps(messages, sort_keys=True)
+            budget = request_budget(request)
+            if budget is not None and budget < min_budget:
+                continue
             if plain_chat(messages) and key not in seen:
                 seen.add(key)
-                out.append(UserPrompt(int(tid), messages, request_budget(request)))
+                out.append(UserPrompt(int(tid), messages, budget))
             if len(out) == limit:
                 break
         return out

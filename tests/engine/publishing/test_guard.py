@@ -186,6 +186,13 @@ def test_user_prompts_are_the_newest_plain_distinct_conversations(tmp_path: Path
         first = store.user_prompts(3, 4096, held_out_first=True)
         assert [p.turn_id for p in first] == [d, d + 1, b]
         assert store.user_prompts(1, 4096)[0].turn_id == d + 1  # the teacher check: newest
+        # the guard's form check leaves out requests too short to show a loop (a closing
+        # "thanks" turn at 8 tokens); one that set no budget stays
+        turn("chat", [{"role": "user", "content": "thanks"}], max_tokens=8)
+        short_too = store.user_prompts(8, 4096)
+        assert short_too[0].max_tokens == 8
+        got = store.user_prompts(8, 4096, held_out_first=True, min_budget=32)
+        assert [p.turn_id for p in got] == [d, d + 1, b, c, a + 1]
 
 
 def test_facts_on_degenerate_answers_count_as_wrong() -> None:
