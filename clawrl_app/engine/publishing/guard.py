@@ -407,7 +407,7 @@ class RegressionGuard:
                 room,
                 held_out_first=True,
                 min_budget=self.settings.user_form_min_tokens,
-            )  # fmt: skip
+            )
             if n
             else []
         )
