@@ -159,12 +159,14 @@ def test_the_users_prompts_are_answered_at_the_budget_their_requests_set(
     """The looping adapter answers the capitals "Paris is Paris is ...". Two of them were
     asked with max_tokens 4: the answer stops before a loop can show (no loop the user
     would see); two with no budget, answered at `open_max_tokens` (64): they loop. So the
-    rate is exactly 2 of 4. Real model, real store, the guard's own `user_form`."""
+    rate is exactly 2 of 4 (with `user_form_min_tokens` 0). Under the default (32) the
+    two 4-token requests are left out of the check, too short to show a loop: 2 prompts,
+    fewer than it decides on. Real model, real store, the guard's own `user_form`."""
     from clawrl_app.engine.store import NewTurn
 
     model, tok = loaded_model
     fmt = ChatFormatter(tok)
-    settings = SETTINGS.model_copy(update={"user_form_items": 4})
+    settings = SETTINGS.model_copy(update={"user_form_items": 4, "user_form_min_tokens": 0})
     with Store(tmp_path / "store.db") as store:
         store.ensure_session("chat", "test")
         for k, q in enumerate(QUESTIONS[:4]):
@@ -173,17 +175,20 @@ def test_the_users_prompts_are_answered_at_the_budget_their_requests_set(
                 body["max_tokens"] = 4
             store.record_turn(NewTurn("chat", "main", body, "a", [1] * 8, [2], [0.0], "base"))
 
-        async def go() -> UserForm:
+        async def go() -> tuple[UserForm, UserForm]:
             be = TorchBackend(copy.deepcopy(model), tok, model_name="m", context_length=2048)
             await be.start()
             try:
                 await be.load_adapter("v1", looping_adapter)
                 guard = RegressionGuard(store, be, fmt, settings, QUESTIONS, OPEN)
-                return await guard.user_form("v1")
+                default = settings.model_copy(update={"user_form_min_tokens": 32})
+                skipping = RegressionGuard(store, be, fmt, default, QUESTIONS, OPEN)
+                return await guard.user_form("v1"), await skipping.user_form("v1")
             finally:
                 await be.stop()
 
-        form = asyncio.run(go())
+        form, without_short = asyncio.run(go())
+    assert without_short.n == 2 and without_short.rate is None
     assert form.n == 4 and form.rate == 0.5
     assert form.base_rate is not None and form.base_rate <= 0.5
     # the two looping answers repeat most of their phrases; the base's hardly any
