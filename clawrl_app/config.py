@@ -382,10 +382,8 @@ class GuardSettings(_Section):
     a version can loop on your kind of request while the shipped open prompts look fine
     (0 = off; it decides from USER_FORM_MIN prompts on)."""
     user_form_min_tokens: int = Field(default=32, ge=0)
-    """Leave out of that check requests that allowed fewer answer tokens: a reply of a few
-    words ("You're welcome") cannot show a loop, and such short follow-ups would fill the
-    check's places (the brevity/tips25 bench's closing turns, 8 tokens, were half of them
-    and hid a version that looped on 4 of 10 new prompts)."""
+    """Leave out of that check requests that allowed fewer answer tokens: a few-word reply
+    cannot loop, and such follow-ups would take the places of the prompts that can."""
 
 
 ToolChoice = Literal["required", "auto", "none"]
@@ -403,17 +401,13 @@ class EnvsSettings(_Section):
     (swe's text protocol) ask for no tool call whatever is set."""
 
     group_size: int = Field(default=8, ge=1, le=64)
-    """Episodes per task in a training round (`env train`, the Environments screen): the
-    group's advantages are each episode's reward against the group's mean, so a task the
-    model solves once in ten gives a group with contrast twice as often at 8 as at 4
-    (docs/benchmarks/envs.md: +28 points on the toolcall curriculum, both seeds)."""
+    """Episodes per task in a training round (`env train`, the Environments screen): a task
+    solved once in ten gives a group with contrast twice as often at 8 as at 4."""
     tasks_per_round: int = Field(default=6, ge=1, le=64)
     """Tasks rolled out per training round."""
     step_judge: Literal["heuristic", "none"] = "none"
-    """Per-turn scores besides the outcome: heuristic (a clean call +1, a repeated or broken
-    one -1, weighted by the step reward mode) or none (outcome rewards only: groups whose
-    episodes all failed carry no contrast and train nothing; measured better on the toolcall
-    curriculum, where step scores alone moved held-out success back to the base's)."""
+    """Per-turn scores besides the outcome: heuristic (a clean call +1, a broken or repeated
+    one -1) or none (outcome only; learned more on the toolcall curriculum)."""
 
     def tool_choice_for(self, env: str) -> ToolChoice:
         """The tool choice of `env`'s turns."""
