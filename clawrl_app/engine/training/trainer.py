@@ -41,10 +41,10 @@ from clawrl_app.engine.training.advantages import (
     carries_contrast,
     ema_baseline_update,
 )
-from clawrl_app.engine.training.config import TrainerConfig
+from clawrl_app.engine.training.config import TOPK_METHODS, TrainerConfig
 from clawrl_app.engine.training.grammar_replay import GrammarReplay
 from clawrl_app.engine.training.lease import hold_trainer_lock, owner_alive
-from clawrl_app.engine.training.losses import OBJECTIVES, LossConfig
+from clawrl_app.engine.training.losses import OBJECTIVES, LossConfig, needs_reward, needs_teacher
 from clawrl_app.engine.training.model_setup import (
     LORA_TARGETS,
     enable_checkpointing,
@@ -332,13 +332,20 @@ class Trainer:
 
     def carries_contrast(self, items: list[TrainItem]) -> bool:
         """Whether the batch has anything to teach (`advantages.carries_contrast`); a step on
-        one that has not would move the weights by AdamW's momentum alone."""
+        one that has not would move the weights by AdamW's momentum alone. Only the terms of
+        this method count (a hint's log-probs teach `rl` nothing; a reward teaches `opd` nothing)."""
+        m = self.cfg.method
+        topk = m in TOPK_METHODS
         return carries_contrast(
             self.cfg.baseline,  # type: ignore[arg-type]
             [it.reward for it in items],
-            [it.has_reward for it in items],
+            [it.has_reward and needs_reward(m) for it in items],
             [it.centred for it in items],
-            [it.teacher_logprobs is not None or it.teacher_topk_ids is not None for it in items],
+            [
+                needs_teacher(m)
+                and (it.teacher_topk_ids if topk else it.teacher_logprobs) is not None
+                for it in items
+            ],
             self.baseline,
         )
 

@@ -54,8 +54,8 @@ LONG = (
 def make_trainer(tmp_path: Path, model: ResolvedModel, **overrides: Any) -> Trainer:
     cfg = TrainerConfig(
         store_path=str(tmp_path / "s.sqlite3"), checkpoints_dir=str(tmp_path / "ckpt"),
-        model_path=str(model.path), method="combine", batch_size=4, lr=5e-4,
-        resume_from="none", seed=0, **overrides,
+        model_path=str(model.path), batch_size=4, lr=5e-4, resume_from="none", seed=0,
+        **{"method": "combine", **overrides},
     )  # fmt: skip
     torch.manual_seed(0)
     return Trainer(cfg)
@@ -137,6 +137,30 @@ def test_a_batch_without_contrast_does_not_push_under_the_default_baseline(
     tr.cfg = replace(tr.cfg, baseline="ema")
     negative = [item(tr, q, long, -1.0, 1.0, None) for q in QUESTIONS[4:8]]
     assert tr.train_step(negative)["optim/grad_norm"] > 0.05
+
+
+def test_only_the_terms_of_the_method_count_as_contrast(
+    tmp_path: Path, embedded_model: ResolvedModel
+) -> None:
+    """Under `rl` a hint's log-probs are not a signal (the judge scores them whatever the
+    method): four disliked answers with hints get no step, where `combine` takes one; under
+    `opd` a mixed reward without hints is not one either."""
+    tr = make_trainer(tmp_path, embedded_model, method="rl")
+    tok = tr.tokenizer
+    long = list(tok(LONG, add_special_tokens=False)["input_ids"])[:24]
+    hinted = [item(tr, q, long, -1.0, 1.0, CORRECTION) for q in QUESTIONS[:4]]
+    assert all(it.teacher_logprobs is not None for it in hinted)
+    before = weights(tr)
+    assert tr.train_step(hinted)["optim/skipped"] == 1.0 and moved(tr, before) == 0.0
+    tr.cfg = replace(tr.cfg, method="combine")
+    assert tr.carries_contrast(hinted)
+    rewards = (1.0, -1.0, -1.0, -1.0)
+    mixed = [
+        replace(it, reward=r, teacher_logprobs=None) for it, r in zip(hinted, rewards, strict=True)
+    ]
+    assert tr.carries_contrast(mixed)
+    tr.cfg = replace(tr.cfg, method="opd")
+    assert not tr.carries_contrast(mixed) and tr.carries_contrast(hinted)
 
 
 def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
