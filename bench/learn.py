@@ -75,6 +75,8 @@ from clawrl_app.degeneration import score as degeneration  # noqa: E402
 from clawrl_app.engine.engine_thread import EngineThread  # noqa: E402
 from clawrl_app.engine.judging.prompts import teacher_messages  # noqa: E402
 from clawrl_app.engine.store.guard import GENERAL, PERSONAL  # noqa: E402
+from clawrl_app.engine.training.config import TOPK_METHODS  # noqa: E402
+from clawrl_app.engine.training.losses import needs_reward  # noqa: E402
 from clawrl_app.general_eval import GeneralItem, load_general_set, score_answers  # noqa: E402
 from clawrl_app.models import resolve_model  # noqa: E402
 from clawrl_app.paths import app_paths  # noqa: E402
@@ -218,8 +220,8 @@ def usable(store: Any, method: str) -> int:
         j = store.get_judgment(s.id)
         if j is None:
             continue
-        has_rl = method in ("rl", "combine", "combine-topk") and j.score != 0
-        if method in ("topk-opd", "combine-topk"):  # the teacher's top-k is the signal
+        has_rl = needs_reward(method) and j.score != 0
+        if method in TOPK_METHODS:  # the teacher's top-k is the signal
             has_opd = j.teacher_topk is not None
         else:
             has_opd = method in ("opd", "combine") and j.teacher_logprobs is not None

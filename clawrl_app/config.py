@@ -176,9 +176,11 @@ class JudgeSettings(_Section):
 class TrainSettings(_Section):
     enabled: bool = True
     """Run the background trainer (off = serve, record and judge only)."""
-    method: Literal["rl", "opd", "combine", "topk-opd", "combine-topk"] = "combine"
-    """Objective: binary RL, on-policy distillation, their combination, top-k OPD, or
-    binary RL + top-k OPD (combine-topk: also teaches tokens the model never samples)."""
+    method: Literal["rl", "opd", "combine", "topk-opd", "combine-topk", "combine-stop"] = "combine"
+    """Objective: binary RL, on-policy distillation, their combination, top-k OPD,
+    binary RL + top-k OPD (combine-topk: also teaches tokens the model never samples), or
+    binary RL + the teacher's "stop here" alone (combine-stop: a hint teaches only where
+    to end; for users who ask for shorter answers, docs/learning.md)."""
     w_rl: float = Field(default=1.0, ge=0.0)
     """Weight of the reward term (binary RL) in combine and combine-topk (upstream 1)."""
     w_opd: float = Field(default=1.0, ge=0.0)

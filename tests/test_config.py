@@ -220,7 +220,7 @@ def test_invalid_env_value_names_key_source_and_allowed() -> None:
     assert "train.method" in msg
     assert "env CLAWRL_TRAIN__METHOD" in msg
     assert "'foo'" in msg
-    for allowed in ("rl", "opd", "combine", "topk-opd", "combine-topk"):
+    for allowed in ("rl", "opd", "combine", "topk-opd", "combine-topk", "combine-stop"):
         assert f"'{allowed}'" in msg
     assert "config show" in msg
 

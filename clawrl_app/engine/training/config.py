@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-TOPK_METHODS = frozenset({"topk-opd", "combine-topk"})
+TOPK_METHODS = frozenset({"topk-opd", "combine-topk", "combine-stop"})
 """Methods that train on the teacher's top-k distribution (the judge records it)."""
+STOP_METHODS = frozenset({"combine-stop"})
+"""Methods whose teacher term is the stop bin alone (`policy_forward.stop_bins`)."""
 
 
 @dataclass

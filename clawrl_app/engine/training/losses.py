@@ -29,7 +29,7 @@ from torch import Tensor
 from clawrl_app.engine.training.lazy_stats import LazyStats
 from clawrl_app.engine.training.repeats import discourage
 
-Method = Literal["rl", "opd", "combine", "topk-opd", "combine-topk"]
+Method = Literal["rl", "opd", "combine", "topk-opd", "combine-topk", "combine-stop"]
 
 _PG_STATS = ("pg_loss", "clip_frac", "ratio_mean", "adv_mean", "adv_std", "tis_weight")
 STAT_KEYS = (*_PG_STATS, "kl", "entropy", "tokens", "samples")
@@ -498,11 +498,13 @@ OBJECTIVES: dict[str, Objective] = {
     "combine": combine_loss,
     "topk-opd": lambda batch, cfg, adv_B: topk_opd_loss(batch, cfg),
     "combine-topk": combine_topk_loss,
+    # the same loss over one bin, "stop here" (policy_forward.stop_bins builds it)
+    "combine-stop": combine_topk_loss,
 }
 """Objective per method name (`TrainSettings.method`), all called as `fn(batch, cfg, adv_B)`."""
 
-_TEACHER_METHODS = frozenset({"opd", "combine", "topk-opd", "combine-topk"})
-_REWARD_METHODS = frozenset({"rl", "combine", "combine-topk"})
+_TEACHER_METHODS = frozenset({"opd", "combine", "topk-opd", "combine-topk", "combine-stop"})
+_REWARD_METHODS = frozenset({"rl", "combine", "combine-topk", "combine-stop"})
 
 
 def _known(method: str) -> str:

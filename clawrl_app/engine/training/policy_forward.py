@@ -85,13 +85,15 @@ def response_logprobs(
     *,
     allowed: Callable[[Sequence[TrainItem], int, int, torch.device], torch.Tensor | None]
     | None = None,
+    stop_ids: Sequence[int] = (),
 ) -> ForwardOut:
     """One forward pass over prompt+response; log-softmax at each item's sampling temperature
     (the behaviour convention of the serving backend), gathered at the response tokens.
     `repeat_ngram` > 0 also flags the tokens that repeat a phrase of that many tokens said
     earlier in their answer (`repeats.repeat_flags`). `allowed(items, T, V, device)` gives
     the (B, T, V) allowed tokens of constrained items (`GrammarReplay.allowed_BTV`) or None;
-    the sampling distribution is masked by it."""
+    the sampling distribution is masked by it. With `stop_ids` (the end-of-turn tokens) the
+    teacher's top-k becomes one bin, "stop here" (`stop_bins`)."""
     dev = torch.device(device)
     f32 = torch.float32
     L = max(it.tokens for it in items)
@@ -154,6 +156,9 @@ def response_logprobs(
         student_k = unit_BTV.gather(-1, ids_BTK) - unit_lse_BT[..., None]  # (B, T, K)
         lps = [_left_pad(it.teacher_topk_logprobs or [], T, [0.0] * K) for it in items]
         teacher_k = torch.tensor(lps, dtype=f32, device=dev)  # (B, T, K)
+        if stop_ids:
+            stop_BT = _logprob_of_any(unit_BTV, unit_lse_BT, stop_ids)  # (B, T)
+            student_k, teacher_k = stop_bins(stop_BT, ids_BTK, teacher_k, stop_ids)
     return ForwardOut(
         logprobs_BT=logprobs_BT,
         entropy_BT=entropy_BT,
@@ -172,6 +177,39 @@ def response_logprobs(
         student_BT=student_BT,
         repeat_BT=_repeats(items, T, repeat_ngram, dev),
     )
+
+
+def _logprob_of_any(
+    unit_BTV: torch.Tensor, lse_BT: torch.Tensor, ids: Sequence[int]
+) -> torch.Tensor:
+    """log pi(any of `ids`) at each position, (B, T), differentiable."""
+    idx = torch.tensor(sorted(set(ids)), dtype=torch.long, device=unit_BTV.device)
+    return torch.logsumexp(unit_BTV.index_select(-1, idx), dim=-1) - lse_BT  # (B, T)
+
+
+def stop_bins(
+    student_stop_BT: torch.Tensor,
+    topk_ids_BTK: torch.Tensor,
+    topk_teacher_BTK: torch.Tensor,
+    stop_ids: Sequence[int],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The teacher term of `combine-stop`: one bin, "stop here", as (B, T, 1) student and
+    target log-probs for the top-k KL (`losses.topk_reverse_kl`, whose tail bin is then "go
+    on").
+
+    The target is the teacher's log-prob of ending where the teacher has an end token in its
+    top-k and gives it more than the student does; elsewhere it is the student's own (a KL
+    of 0 with a gradient of 0: no pull). So the hint raises the end of the answer where the
+    teacher would have stopped and moves no other token's share: on long answers the
+    sampled-token gap pushed down every token after the point where the teacher wanted to
+    stop, and 96-token answers turned into loops (docs/benchmarks/learning.md)."""
+    stop = torch.tensor(sorted(set(stop_ids)), device=topk_ids_BTK.device)
+    is_stop_BTK = torch.isin(topk_ids_BTK, stop)  # (B, T, K)
+    masked_BTK = topk_teacher_BTK.masked_fill(~is_stop_BTK, float("-inf"))  # (B, T, K)
+    teacher_BT = torch.logsumexp(masked_BTK, dim=-1)  # (B, T); -inf where no end token
+    own_BT = student_stop_BT.detach()  # (B, T)
+    target_BT = torch.where(teacher_BT > own_BT, teacher_BT, own_BT)  # (B, T)
+    return student_stop_BT[..., None], target_BT[..., None]  # (B, T, 1) each
 
 
 def _repeats(

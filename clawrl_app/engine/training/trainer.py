@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from clawrl_app.engine.chat.formatter import eos_token_ids
 from clawrl_app.engine.core.checkpoints import (
     STATE,
     Manifest,
@@ -41,7 +42,7 @@ from clawrl_app.engine.training.advantages import (
     carries_contrast,
     ema_baseline_update,
 )
-from clawrl_app.engine.training.config import TOPK_METHODS, TrainerConfig
+from clawrl_app.engine.training.config import STOP_METHODS, TOPK_METHODS, TrainerConfig
 from clawrl_app.engine.training.grammar_replay import GrammarReplay
 from clawrl_app.engine.training.lease import hold_trainer_lock, owner_alive
 from clawrl_app.engine.training.losses import OBJECTIVES, LossConfig, needs_reward, needs_teacher
@@ -134,6 +135,8 @@ class Trainer:
         model = self._wrap(base, parent_dir)
         model.train()
         self.grammar = GrammarReplay(self.tokenizer)  # forced tool calls' masks
+        stops = cfg.method in STOP_METHODS  # the teacher term is the end token's bin alone
+        self.stop_ids = eos_token_ids(self.tokenizer) if stops else ()
 
         def adamw(params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
             return torch.optim.AdamW(
@@ -376,6 +379,7 @@ class Trainer:
                     self.device,
                     self.cfg.repeat_ngram,
                     allowed=self.grammar.allowed_BTV,
+                    stop_ids=self.stop_ids,
                 )
                 base_B = torch.tensor(
                     [0.0 if it.centred else baseline for it in mb], device=self.device

@@ -446,7 +446,9 @@ def test_kl_and_entropy_coefficients_shift_the_loss_by_the_expected_amount() -> 
     assert batch.logprobs_BT.grad[0, 0].item() == pytest.approx(-0.5 - 0.05)
 
 
-@pytest.mark.parametrize("method", ["rl", "opd", "combine", "topk-opd", "combine-topk"])
+@pytest.mark.parametrize(
+    "method", ["rl", "opd", "combine", "topk-opd", "combine-topk", "combine-stop"]
+)
 def test_every_objective_adds_the_kl_term(method: str) -> None:
     topk = t([[[math.log(0.5), math.log(0.25)]]], grad=True)
     kw: dict[str, Any] = {
@@ -466,7 +468,9 @@ def test_every_objective_adds_the_kl_term(method: str) -> None:
     assert set(with_kl.stats) == set(STAT_KEYS)
 
 
-@pytest.mark.parametrize("method", ["rl", "opd", "combine", "topk-opd", "combine-topk"])
+@pytest.mark.parametrize(
+    "method", ["rl", "opd", "combine", "topk-opd", "combine-topk", "combine-stop"]
+)
 def test_every_objective_without_any_signal_is_zero_and_differentiable(method: str) -> None:
     topk = t([[[math.log(0.5), math.log(0.25)]] * 2], grad=True)
     batch = make_batch(
@@ -494,8 +498,14 @@ def test_objectives_table_covers_every_configured_method() -> None:
         "combine",
         "topk-opd",
         "combine-topk",
+        "combine-stop",
     }
-    assert {m for m in methods if needs_reward(m)} == {"rl", "combine", "combine-topk"}
+    assert {m for m in methods if needs_reward(m)} == {
+        "rl",
+        "combine",
+        "combine-topk",
+        "combine-stop",
+    }
     with pytest.raises(ValueError):
         needs_teacher("grpo")
     batch = make_batch([[-1.0]], teacher=[[0.0]], has_teacher=[True])

@@ -21,7 +21,8 @@ from clawrl_app.engine.training.losses import (
     topk_opd_loss,
     topk_reverse_kl,
 )
-from tests.engine.training.test_losses import CFG, LN2, backward, make_batch, t
+from clawrl_app.engine.training.policy_forward import stop_bins
+from tests.engine.training.test_losses import CFG, LN2, backward, grad, make_batch, t
 
 
 def test_tail_logprob_and_topk_reverse_kl_by_hand() -> None:
@@ -126,3 +127,30 @@ def test_combine_topk_is_the_weighted_sum_of_rl_and_topk_opd() -> None:
     res = combine_topk_loss(alone, CFG, t([0.0]))
     res.loss.backward()
     assert student.grad is not None and student.grad[0, 0].abs().sum() > 0
+
+
+# --- combine-stop: the teacher's top-k as one bin, "stop here" ------------------------------
+EOS, EOT = 2, 7  # two end-of-turn ids, as a chat model has
+
+
+def test_stop_bins_pull_only_where_the_teacher_would_stop_more() -> None:
+    """Position 0: both end ids in the teacher's top-3 (0.3 + 0.2 = 0.5 > the student's 0.1):
+    the target is 0.5. Position 1: the teacher's end token (0.05) is below the student's
+    (0.1): no pull. Position 2: no end token in the teacher's top-3: no pull."""
+    student = t([[math.log(0.1), math.log(0.1), math.log(0.1)]], grad=True)  # (1, 3)
+    ids = torch.tensor([[[EOS, 5, EOT], [EOS, 5, 6], [4, 5, 6]]])  # (1, 3, 3)
+    teacher = t([[[math.log(x) for x in row] for row in
+                  ((0.3, 0.4, 0.2), (0.05, 0.6, 0.3), (0.5, 0.3, 0.1))]])  # fmt: skip
+    s_BTK, t_BTK = stop_bins(student, ids, teacher, (EOS, EOT))
+    assert s_BTK.shape == t_BTK.shape == (1, 3, 1)
+    assert t_BTK[0, :, 0].exp().tolist() == pytest.approx([0.5, 0.1, 0.1])
+    kl_BT = topk_reverse_kl(s_BTK, t_BTK)  # (1, 3): two bins, "stop" and "go on"
+    assert kl_BT[0, 1].item() == kl_BT[0, 2].item() == 0.0
+    # 0.1·ln(0.1/0.5) + 0.9·ln(0.9/0.5)
+    assert kl_BT[0, 0].item() == pytest.approx(0.1 * math.log(0.2) + 0.9 * math.log(1.8))
+    kl_BT.sum().backward()
+    g = grad(student)[0]
+    assert g[0].item() < 0  # descending the loss raises "stop" at position 0
+    assert g[1].item() == pytest.approx(0.0, abs=1e-7) and g[2].item() == pytest.approx(
+        0.0, abs=1e-7
+    )

@@ -205,3 +205,33 @@ def test_a_teacher_that_agrees_with_the_policy_gives_no_push_at_any_temperature(
     valid = out.mask_BT.bool()
     assert fixed[valid].abs().max() < 1e-3
     assert behaviour[valid].abs().mean() > 0.3  # the mismatch this guards against
+
+
+def test_combine_stop_pulls_the_end_token_where_the_teacher_would_stop(lora_model: Any) -> None:
+    """`combine-stop`'s forward pass (`stop_ids`) on the real model: the teacher's top-k
+    becomes one bin, log p(end). A teacher that never has an end token in its top-k gives
+    no teacher term; one that would end at position 1 gives a loss whose gradient raises
+    log p(end) there and nowhere else. The sampled tokens' log-probs are unchanged."""
+    eos, prompt, resp = 2, [3, 4, 5], [6, 8, 9]
+    no_stop = ([[10, 11]] * 3, [[0.0, -1.0]] * 3)
+    stop_at_1 = ([[10, 11], [eos, 10], [10, 11]], [[-0.5, -1.0], [-0.1, -3.0], [-0.5, -1.0]])
+
+    def item(top: tuple[Any, Any]) -> TrainItem:
+        return TrainItem(0, "s", prompt, resp, [-1.0] * 3, 1.0, 0.0, False, None, "x", *top)
+
+    plain = response_logprobs(lora_model, [item(stop_at_1)], "cpu")
+    cfg = LossConfig(w_rl=0.0)
+    out = response_logprobs(lora_model, [item(no_stop)], "cpu", stop_ids=(eos,))
+    assert out.topk_student_BTK is not None and out.topk_student_BTK.shape == (1, 3, 1)
+    res = OBJECTIVES["combine-stop"](out.loss_batch(), cfg, torch.zeros(1))
+    assert res.loss.item() == pytest.approx(0.0, abs=1e-6)
+    out = response_logprobs(lora_model, [item(stop_at_1)], "cpu", stop_ids=(eos,))
+    assert torch.allclose(out.logprobs_BT, plain.logprobs_BT)
+    assert out.topk_student_BTK is not None and out.topk_teacher_BTK is not None
+    assert out.topk_teacher_BTK[0, 1, 0].item() == pytest.approx(-0.1)
+    assert out.topk_student_BTK[0, 1, 0].item() < -0.1  # this model rarely ends there
+    res = OBJECTIVES["combine-stop"](out.loss_batch(), cfg, torch.zeros(1))
+    assert res.loss.item() > 0
+    (g,) = torch.autograd.grad(res.loss, out.topk_student_BTK)
+    assert g[0, 1, 0].item() < 0  # a step against the gradient raises log p(end) there
+    assert abs(g[0, 0, 0].item()) < 1e-6 and abs(g[0, 2, 0].item()) < 1e-6  # no pull there
