@@ -16,8 +16,13 @@ and to a fixed set of open prompts (128 tokens: loops show there first).
 Measured per step: the mean entropy of the sampled tokens, the advantage signs, whether
 the batch had any contrast (rewards not all equal), the KL to the base.
 
+Variants of the teacher term: `--method combine-topk --topk 8` (the teacher's top-8 at each
+position), `--method combine-stop --topk 8` (the end token's bin alone: the hint teaches where to
+stop, nothing else), `--entropy-cap R` (halve a step while the batch's entropy exceeds the
+base model's by more than R).
+
 Run: `CLAWRL_HOME=/tmp/clawrl-dev .venv/bin/python bench/collapse.py [--users u15,dozen]
-      [--rounds 8] [--lr 5e-4] [--kl 0] [--baseline batch_mean] [--method combine] [--seed 0]`
+      [--rounds 8] [--lr 5e-4] [--set kl_coef=0.1] [--method combine] [--seed 0]`
 """
 
 from __future__ import annotations
@@ -192,6 +197,41 @@ def logprobs_of(
         return [float(x) for x in response_logprobs(model, [item], "cpu").logprobs_BT[0]]
 
 
+def topk_of(
+    model: Any, prompt: list[int], resp: list[int], k: int, temperature: float = 1.0
+) -> tuple[list[list[int]], list[list[float]]]:
+    """The model's top-k ids and log-probs at each response position (the teacher's top-k)."""
+    ids = torch.tensor([prompt + resp])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : len(prompt) - 1 + len(resp)]
+    lps = torch.log_softmax(logits.float() / temperature, dim=-1)
+    top = lps.topk(k, dim=-1)
+    return top.indices.tolist(), top.values.tolist()
+
+
+def batch_entropy(model: Any, items: list[TrainItem]) -> float:
+    with torch.no_grad():
+        out = response_logprobs(model, items, "cpu")
+    m = out.mask_BT
+    return float((out.entropy_BT * m).sum() / m.sum())
+
+
+def entropy_backtrack(model: Any, items: list[TrainItem], before: list[Any], cap: float) -> int:
+    """Halve this step's update while the policy's entropy on the batch exceeds the base's
+    by more than `cap` (relative); the number of halvings."""
+    with model.disable_adapter():
+        base = batch_entropy(model, items)
+    params = [q for q in model.parameters() if q.requires_grad]
+    n = 0
+    while n < 6 and batch_entropy(model, items) > base * (1 + cap):
+        with torch.no_grad():
+            for q, b in zip(params, before, strict=True):
+                q.copy_(b + 0.5 * (q - b))
+        n += 1
+    print(json.dumps({"base_entropy": base, "now": batch_entropy(model, items), "halvings": n}))
+    return n
+
+
 def evaluate(model: Any, fmt: ChatFormatter, user: User) -> dict[str, Any]:
     model.eval()
     asks = [fmt.render([{"role": "user", "content": q}]) for q in user.held_out]
@@ -245,11 +285,13 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
             text = fmt.decode(resp)
             ok = user.complies(text, stopped)
             old = logprobs_of(model, p, resp, args.temperature)
-            teacher = None
+            teacher, top = None, None
             if not ok and not (args.no_teacher_on_loops and degeneration(text).degenerate):
                 t_prompt = fmt.render(teacher_messages(m, user.correction))
                 with model.disable_adapter():
                     teacher = logprobs_of(model, t_prompt, resp, args.teacher_temperature)
+                    if args.topk:
+                        top = topk_of(model, t_prompt, resp, args.topk, args.teacher_temperature)
                     if args.hint_effect:  # the gap becomes what the hint changes in the base
                         plain = logprobs_of(model, p, resp, args.teacher_temperature)
                 if args.hint_effect:
@@ -257,20 +299,27 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
                     teacher = [t - b + s for t, b, s in zip(teacher, plain, now, strict=True)]
             items.append(TrainItem(
                 len(items), "s", p, resp, old, args.temperature, 1.0 if ok else -1.0, True,
-                teacher, "x",
+                teacher, "x", *(top or (None, None)),
             ))  # fmt: skip
         model.train()
         t0 = time.monotonic()
+        before = [q.detach().clone() for q in model.parameters() if q.requires_grad]
         step_metrics = trainer.train_step(items)
+        if args.entropy_cap is not None and "optim/skipped" not in step_metrics:
+            step_metrics["backtracks"] = entropy_backtrack(model, items, before, args.entropy_cap)
         rewards = [it.reward for it in items]
         steps.append({
             "round": r, "reward": sum(rewards) / 4, "contrast": len(set(rewards)) > 1,
             "entropy": step_metrics.get("entropy"), "kl": step_metrics.get("kl"),
-            "adv_mean": step_metrics.get("adv/mean"),
+            "adv_mean": step_metrics.get("adv/mean"), "backtracks": step_metrics.get("backtracks"),
             "grad_norm": step_metrics.get("optim/grad_norm"), "step_s": round(time.monotonic() - t0, 1),
             "words": sum(len(fmt.decode(r).split()) for r, _ in got) / 4,
+            "rewards": rewards, "texts": [fmt.decode(r) for r, _ in got],
         })  # fmt: skip
-        print(json.dumps({"user": user.name, **steps[-1]}), flush=True)
+        print(
+            json.dumps({"user": user.name, **{k: v for k, v in steps[-1].items() if k != "texts"}}),
+            flush=True,
+        )
         if r % args.eval_every == 0 or r == args.rounds:
             rows.append({"round": r, **evaluate(model, fmt, user)})
             short = {k: v for k, v in rows[-1].items() if not k.endswith("answers")}
@@ -309,6 +358,10 @@ def main() -> int:
     ap.add_argument("--hint-effect", action="store_true",
                     help="teacher gap = base with hint - base without it (not - the policy)")  # fmt: skip
     ap.add_argument("--opd-clip", type=float, default=None, help="bound of the teacher gap")
+    ap.add_argument("--topk", type=int, default=0,
+                    help="also score the teacher's top-k per position (for --method combine-topk)")  # fmt: skip
+    ap.add_argument("--entropy-cap", type=float, default=None,
+                    help="halve a step while the batch entropy exceeds the base's by this share")  # fmt: skip
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     args.extra = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
