@@ -20,7 +20,7 @@ from clawrl_app.engine.chat.tool_constraint import forced_call_schema
 from clawrl_app.engine.core.checkpoints import version_number
 from clawrl_app.engine.store import ENV_SOURCE_PREFIX, JudgmentRow, SampleRow, TurnRow
 from clawrl_app.engine.training.config import TOPK_METHODS
-from clawrl_app.engine.training.losses import needs_reward
+from clawrl_app.engine.training.losses import needs_reward, needs_teacher
 from clawrl_app.privacy.redact import NOT_TRAINABLE_REASON
 
 
@@ -50,6 +50,20 @@ class TrainItem:
     @property
     def tokens(self) -> int:
         return len(self.prompt_ids) + len(self.response_ids)
+
+
+def teaches(item: TrainItem, method: str, stop_ids: Sequence[int] = ()) -> bool:
+    """Whether `item` carries a teacher signal that `method` trains on: none for `rl`; the
+    teacher's top-k for the top-k methods, and for `combine-stop` (`stop_ids` given) only a
+    top-k that has an end token somewhere (else there is no "stop here" to pull toward)."""
+    if not needs_teacher(method):
+        return False
+    if method not in TOPK_METHODS:
+        return item.teacher_logprobs is not None
+    if item.teacher_topk_ids is None:
+        return False
+    stop = set(stop_ids)
+    return not stop or any(i in stop for row in item.teacher_topk_ids for i in row)
 
 
 @dataclass(frozen=True)

@@ -42,10 +42,10 @@ from clawrl_app.engine.training.advantages import (
     carries_contrast,
     ema_baseline_update,
 )
-from clawrl_app.engine.training.config import STOP_METHODS, TOPK_METHODS, TrainerConfig
+from clawrl_app.engine.training.config import STOP_METHODS, TrainerConfig
 from clawrl_app.engine.training.grammar_replay import GrammarReplay
 from clawrl_app.engine.training.lease import hold_trainer_lock, owner_alive
-from clawrl_app.engine.training.losses import OBJECTIVES, LossConfig, needs_reward, needs_teacher
+from clawrl_app.engine.training.losses import OBJECTIVES, LossConfig, needs_reward
 from clawrl_app.engine.training.model_setup import (
     LORA_TARGETS,
     enable_checkpointing,
@@ -72,7 +72,13 @@ from clawrl_app.engine.training.sharding import (
     unwrapped,
 )
 from clawrl_app.engine.training.step_metrics import step_metrics, weighted_totals
-from clawrl_app.engine.training.train_data import Skip, TrainItem, build_item, micro_batches
+from clawrl_app.engine.training.train_data import (
+    Skip,
+    TrainItem,
+    build_item,
+    micro_batches,
+    teaches,
+)
 
 log = logging.getLogger("clawrl.trainer")
 CANARY_PROMPTS = ["What is the capital of France?", "Write one sentence about the sea."]
@@ -135,8 +141,7 @@ class Trainer:
         model = self._wrap(base, parent_dir)
         model.train()
         self.grammar = GrammarReplay(self.tokenizer)  # forced tool calls' masks
-        stops = cfg.method in STOP_METHODS  # the teacher term is the end token's bin alone
-        self.stop_ids = eos_token_ids(self.tokenizer) if stops else ()
+        self.stop_ids = eos_token_ids(self.tokenizer) if cfg.method in STOP_METHODS else ()
 
         def adamw(params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
             return torch.optim.AdamW(
@@ -336,19 +341,14 @@ class Trainer:
     def carries_contrast(self, items: list[TrainItem]) -> bool:
         """Whether the batch has anything to teach (`advantages.carries_contrast`); a step on
         one that has not would move the weights by AdamW's momentum alone. Only the terms of
-        this method count (a hint's log-probs teach `rl` nothing; a reward teaches `opd` nothing)."""
+        this method count (`train_data.teaches`; a reward teaches `opd` nothing)."""
         m = self.cfg.method
-        topk = m in TOPK_METHODS
         return carries_contrast(
             self.cfg.baseline,  # type: ignore[arg-type]
             [it.reward for it in items],
             [it.has_reward and needs_reward(m) for it in items],
             [it.centred for it in items],
-            [
-                needs_teacher(m)
-                and (it.teacher_topk_ids if topk else it.teacher_logprobs) is not None
-                for it in items
-            ],
+            [teaches(it, m, self.stop_ids) for it in items],
             self.baseline,
         )
 

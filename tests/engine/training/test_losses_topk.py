@@ -22,6 +22,7 @@ from clawrl_app.engine.training.losses import (
     topk_reverse_kl,
 )
 from clawrl_app.engine.training.policy_forward import stop_bins
+from clawrl_app.engine.training.train_data import TrainItem, teaches
 from tests.engine.training.test_losses import CFG, LN2, backward, grad, make_batch, t
 
 
@@ -154,3 +155,28 @@ def test_stop_bins_pull_only_where_the_teacher_would_stop_more() -> None:
     assert g[1].item() == pytest.approx(0.0, abs=1e-7) and g[2].item() == pytest.approx(
         0.0, abs=1e-7
     )
+
+
+@pytest.mark.parametrize(
+    ("method", "stop_ids", "expected"),
+    [
+        ("rl", (), (False, False, False)),  # a hint's log-probs teach the reward term nothing
+        ("combine", (), (True, False, True)),  # the sampled-token gap
+        ("combine-topk", (), (False, True, True)),  # the teacher's top-k, any
+        ("combine-stop", (EOS, EOT), (False, False, True)),  # a top-k with an end token
+    ],
+)
+def test_teaches_counts_only_the_signal_the_method_trains_on(
+    method: str, stop_ids: tuple[int, ...], expected: tuple[bool, bool, bool]
+) -> None:
+    def item(lps: list[float] | None, ids: list[list[int]] | None) -> TrainItem:
+        top = None if ids is None else [[-1.0] * len(r) for r in ids]
+        return TrainItem(0, "s", [1], [5, 6], [-1.0, -1.0], 1.0, -1.0, True, lps, "x", ids, top)
+
+    logprobs_only = item([-1.0, -1.0], None)
+    topk_without_end = item(None, [[5, 6], [6, 5]])
+    topk_with_end = item([-1.0, -1.0], [[5, 6], [EOT, 5]])
+    got = tuple(
+        teaches(it, method, stop_ids) for it in (logprobs_only, topk_without_end, topk_with_end)
+    )
+    assert got == expected
