@@ -232,6 +232,23 @@ def entropy_backtrack(model: Any, items: list[TrainItem], before: list[Any], cap
     return n
 
 
+def scale_steps_by_signal(trainer: Trainer, lr: float, norm: float) -> None:
+    """Each optimizer step at lr * min(1, gradient norm / `norm`): Adam's first steps are
+    ~lr per weight whatever the gradient's size, so a weak signal would move as far as a
+    strong one."""
+    opt = trainer.optimizer
+    step = opt.step
+
+    def scaled(*a: Any, **k: Any) -> Any:
+        grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
+        gn = float(torch.sqrt(sum((x.float() ** 2).sum() for x in grads)))
+        for g in opt.param_groups:
+            g["lr"] = lr * min(1.0, gn / norm)
+        return step(*a, **k)
+
+    opt.step = scaled
+
+
 def evaluate(model: Any, fmt: ChatFormatter, user: User) -> dict[str, Any]:
     model.eval()
     asks = [fmt.render([{"role": "user", "content": q}]) for q in user.held_out]
@@ -269,6 +286,8 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
     if args.opd_clip is not None:
         trainer.loss_cfg = replace(trainer.loss_cfg, opd_clip=args.opd_clip)
     model, fmt = trainer.model, ChatFormatter(trainer.tokenizer)
+    if args.signal_norm:
+        scale_steps_by_signal(trainer, args.lr, args.signal_norm)
     rows: list[dict[str, Any]] = [{"round": 0, **evaluate(model, fmt, user)}]
     print(
         json.dumps({"user": user.name, "round": 0, "compliant": rows[0]["compliant"]}), flush=True
@@ -283,7 +302,7 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
         items: list[TrainItem] = []
         for m, p, (resp, stopped) in zip(msgs, prompts, got, strict=True):
             text = fmt.decode(resp)
-            ok = user.complies(text, stopped)
+            ok = user.complies(text, stopped) and r > args.reject_first
             old = logprobs_of(model, p, resp, args.temperature)
             teacher, top = None, None
             if not ok and not (args.no_teacher_on_loops and degeneration(text).degenerate):
@@ -362,6 +381,10 @@ def main() -> int:
                     help="also score the teacher's top-k per position (for --method combine-topk)")  # fmt: skip
     ap.add_argument("--entropy-cap", type=float, default=None,
                     help="halve a step while the batch entropy exceeds the base's by this share")  # fmt: skip
+    ap.add_argument("--reject-first", type=int, default=0,
+                    help="the user rejects every answer of the first N rounds")  # fmt: skip
+    ap.add_argument("--signal-norm", type=float, default=0.0,
+                    help="scale each step's lr by min(1, gradient norm / this)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     args.extra = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}

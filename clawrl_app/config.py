@@ -177,10 +177,9 @@ class TrainSettings(_Section):
     enabled: bool = True
     """Run the background trainer (off = serve, record and judge only)."""
     method: Literal["rl", "opd", "combine", "topk-opd", "combine-topk", "combine-stop"] = "combine"
-    """Objective: binary RL, on-policy distillation, their combination, top-k OPD,
-    binary RL + top-k OPD (combine-topk: also teaches tokens the model never samples), or
-    binary RL + the teacher's "stop here" alone (combine-stop: a hint teaches only where
-    to end; for users who ask for shorter answers, docs/learning.md)."""
+    """Objective: binary RL, on-policy distillation, their combination, top-k OPD, binary
+    RL + top-k OPD (combine-topk), or binary RL + the teacher's "stop here" alone
+    (combine-stop: for users who want shorter answers; docs/learning.md)."""
     w_rl: float = Field(default=1.0, ge=0.0)
     """Weight of the reward term (binary RL) in combine and combine-topk (upstream 1)."""
     w_opd: float = Field(default=1.0, ge=0.0)
@@ -188,6 +187,9 @@ class TrainSettings(_Section):
     kl_coef: float = Field(default=0.0, ge=0.0)
     """Weight of a KL anchor to the base model (k3 on the sampled tokens; the base is the
     adapter turned off, so LoRA and QLoRA only): keeps the policy near what it was."""
+    signal_norm: float = Field(default=0.25, ge=0.0)
+    """A step whose gradient norm is under this moves at lr * norm / this: a batch that says
+    little moves the weights little (Adam alone moves them ~lr either way; 0 = off)."""
     repeat_ngram: int = Field(default=4, ge=0)
     """A token that completes a phrase of this many tokens said earlier in the same answer
     is never pushed up, and is pushed down by `repeat_penalty`: feedback cannot reinforce a
@@ -199,12 +201,10 @@ class TrainSettings(_Section):
     batch_size: int | None = None
     """Samples per optimizer step; empty = 16 on GPU, 4 for the embedded CPU model."""
     lr: float | None = None
-    """AdamW learning rate; empty = 1e-5 for full, 1e-4 for LoRA on GPUs, 5e-4 for LoRA on
-    the CPU (few small steps; measured by bench/learn.py)."""
+    """AdamW learning rate; empty = 1e-5 full, 1e-4 LoRA on GPUs, 5e-4 LoRA on the CPU."""
     updates_per_batch: int = Field(default=1, ge=1, le=16)
-    """Optimizer updates per batch of samples (PPO epochs): more learning from each piece
-    of feedback, bounded by the clip for the reward term; each checkpoint still holds one
-    batch (default 1, as upstream)."""
+    """Optimizer updates per batch (PPO epochs): more learning from each piece of feedback,
+    bounded by the reward term's clip; one checkpoint per batch (default 1, as upstream)."""
     lora_rank: int = 16
     """LoRA rank r."""
     lora_alpha: int = 32

@@ -26,6 +26,8 @@ class TrainerConfig:
     lora_alpha: int = 32
     weight_decay: float = 0.0
     grad_clip: float = 1.0
+    signal_norm: float = 0.0
+    """> 0: each step at lr * min(1, gradient norm / this) (step_size.signal_lr); 0 = off."""
     token_budget: int = 4096
     max_staleness: int = 8
     baseline: str = "batch_mean"

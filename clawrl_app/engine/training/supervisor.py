@@ -261,6 +261,7 @@ def trainer_config(
         w_rl=t.w_rl,
         w_opd=t.w_opd,
         kl_coef=t.kl_coef,
+        signal_norm=t.signal_norm,
         repeat_ngram=t.repeat_ngram,
         repeat_penalty=t.repeat_penalty,
         tis_cap=tis_cap(t.behaviour_correction, t.tis_cap, plan.backend),

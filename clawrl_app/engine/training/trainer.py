@@ -4,8 +4,7 @@ Runs as its own OS process (`accelerate launch -m clawrl_app.engine.training.tra
 started and supervised by the engine), so a crash or OOM never takes the endpoint down.
 The store is the only contract: it reads eligible samples, writes metrics, registers each
 checkpoint and marks the samples it consumed in one transaction. Resuming picks the last
-registered checkpoint (weights, optimizer, RNG, step, baseline), so no sample is trained
-twice.
+registered checkpoint (weights, optimizer, RNG, step, baseline): no sample is trained twice.
 """
 
 from __future__ import annotations
@@ -72,6 +71,7 @@ from clawrl_app.engine.training.sharding import (
     unwrapped,
 )
 from clawrl_app.engine.training.step_metrics import step_metrics, weighted_totals
+from clawrl_app.engine.training.step_size import set_lr, signal_lr
 from clawrl_app.engine.training.train_data import (
     Skip,
     TrainItem,
@@ -330,18 +330,16 @@ class Trainer:
         for _ in range(self.cfg.updates_per_batch - 1):  # more PPO-style passes, same batch
             parts, grad_norm = self._update(items)
         self.step += 1
-        # The step's one read-back (with grad_norm below); each rank's share-weighted sums
-        # add up to the global batch's figures.
+        # The step's read-back; each rank's share-weighted sums add up to the global batch's.
         totals = sum_over_ranks(weighted_totals(parts), self.ranks, self.device)
         return step_metrics(
-            items, totals, float(grad_norm), self.cfg.lr, self.cfg.updates_per_batch,
-            time.monotonic() - t0, self.pause_budget.paused_s,
+            items, totals, float(grad_norm), self.optimizer.param_groups[0]["lr"],
+            self.cfg.updates_per_batch, time.monotonic() - t0, self.pause_budget.paused_s,
         )  # fmt: skip
 
     def carries_contrast(self, items: list[TrainItem]) -> bool:
-        """Whether the batch has anything to teach (`advantages.carries_contrast`); a step on
-        one that has not would move the weights by AdamW's momentum alone. Only the terms of
-        this method count (`train_data.teaches`; a reward teaches `opd` nothing)."""
+        """Whether the batch has anything to teach this method (`advantages.carries_contrast`,
+        `train_data.teaches`); a step on one that has not would move the weights by momentum."""
         m = self.cfg.method
         return carries_contrast(
             self.cfg.baseline,  # type: ignore[arg-type]
@@ -393,6 +391,8 @@ class Trainer:
             parts.append((len(mb) / len(items), result.loss.detach(), result.stats))
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = clip_grad_norm(params, self.cfg.grad_clip)
+        if self.cfg.signal_norm > 0:  # a batch that says little moves little (step_size.py)
+            set_lr(self.optimizer, signal_lr(self.cfg.lr, float(grad_norm), self.cfg.signal_norm))
         self.optimizer.step()
         return parts, grad_norm
 

@@ -163,6 +163,35 @@ def test_only_the_terms_of_the_method_count_as_contrast(
     assert not tr.carries_contrast(mixed) and tr.carries_contrast(hinted)
 
 
+def test_a_batch_that_says_little_moves_the_weights_little(
+    tmp_path: Path, embedded_model: ResolvedModel
+) -> None:
+    """Rewards of +-0.01 give a gradient ~100x weaker than +-1; Adam alone would move the
+    adapter by ~lr either way. Under `signal_norm` the weak step's rate (and move) shrinks in
+    proportion, the strong step keeps the full rate."""
+    tok_ids = None
+    moves, rates = {}, {}
+    for norm in (0.0, 0.25):
+        tr = make_trainer(tmp_path / str(norm), embedded_model, signal_norm=norm)
+        tok_ids = tok_ids or list(tr.tokenizer(LONG, add_special_tokens=False)["input_ids"])[:24]
+        weak = [
+            item(tr, q, tok_ids, r, 1.0, None)
+            for q, r in zip(QUESTIONS[:4], (0.01, -0.01, 0.01, -0.01), strict=True)
+        ]
+        before = weights(tr)
+        m = tr.train_step(weak)
+        assert m["optim/grad_norm"] < 0.05
+        moves[norm], rates[norm] = moved(tr, before), m["optim/lr"]
+    assert rates[0.0] == 5e-4 and rates[0.25] == pytest.approx(5e-4 * m["optim/grad_norm"] / 0.25)
+    assert moves[0.25] < moves[0.0] / 5
+    strong = [
+        item(tr, q, tok_ids, r, 1.0, None)
+        for q, r in zip(QUESTIONS[4:], (1.0, -1.0, 1.0, -1.0), strict=True)
+    ]
+    m = tr.train_step(strong)
+    assert m["optim/grad_norm"] > 0.25 and m["optim/lr"] == 5e-4
+
+
 def weights(trainer: Trainer) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
 
