@@ -232,23 +232,6 @@ def entropy_backtrack(model: Any, items: list[TrainItem], before: list[Any], cap
     return n
 
 
-def scale_steps_by_signal(trainer: Trainer, lr: float, norm: float) -> None:
-    """Each optimizer step at lr * min(1, gradient norm / `norm`): Adam's first steps are
-    ~lr per weight whatever the gradient's size, so a weak signal would move as far as a
-    strong one."""
-    opt = trainer.optimizer
-    step = opt.step
-
-    def scaled(*a: Any, **k: Any) -> Any:
-        grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
-        gn = float(torch.sqrt(sum((x.float() ** 2).sum() for x in grads)))
-        for g in opt.param_groups:
-            g["lr"] = lr * min(1.0, gn / norm)
-        return step(*a, **k)
-
-    opt.step = scaled
-
-
 def evaluate(model: Any, fmt: ChatFormatter, user: User) -> dict[str, Any]:
     model.eval()
     asks = [fmt.render([{"role": "user", "content": q}]) for q in user.held_out]
@@ -286,8 +269,6 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
     if args.opd_clip is not None:
         trainer.loss_cfg = replace(trainer.loss_cfg, opd_clip=args.opd_clip)
     model, fmt = trainer.model, ChatFormatter(trainer.tokenizer)
-    if args.signal_norm:
-        scale_steps_by_signal(trainer, args.lr, args.signal_norm)
     rows: list[dict[str, Any]] = [{"round": 0, **evaluate(model, fmt, user)}]
     print(
         json.dumps({"user": user.name, "round": 0, "compliant": rows[0]["compliant"]}), flush=True
@@ -388,6 +369,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     args.extra = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
+    if args.signal_norm:  # the trainer's own `signal_norm` (step_size.signal_lr)
+        args.extra["signal_norm"] = args.signal_norm
     torch.set_num_threads(int(os.environ.get("THREADS", "2")))
     model_path = resolve_model(None, app_paths(Path(os.environ.get("CLAWRL_HOME", "."))))
     users = [USERS[u] if u in USERS else persona_user(u) for u in args.users.split(",")]
