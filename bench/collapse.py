@@ -53,6 +53,7 @@ from clawrl_app.engine.training.config import TrainerConfig  # noqa: E402
 from clawrl_app.engine.training.policy_forward import response_logprobs  # noqa: E402
 from clawrl_app.engine.training.train_data import TrainItem  # noqa: E402
 from clawrl_app.engine.training.trainer import Trainer  # noqa: E402
+from clawrl_app.general_eval import is_correct, load_general_set, load_open_prompts  # noqa: E402
 from clawrl_app.models import resolve_model  # noqa: E402
 from clawrl_app.paths import app_paths  # noqa: E402
 
@@ -232,8 +233,35 @@ def entropy_backtrack(model: Any, items: list[TrainItem], before: list[Any], cap
     return n
 
 
-def evaluate(model: Any, fmt: ChatFormatter, user: User) -> dict[str, Any]:
+def guard_view(model: Any, fmt: ChatFormatter, user: User) -> dict[str, Any]:
+    """What the regression guard answers at its default settings (greedy): the general set's
+    questions (48 tokens), the shipped open prompts (160) and 12 of the user's own prompts
+    (the user's budget), each answer's form; `bench/guard_study.py` replays decision rules on
+    these."""
+    items = load_general_set()[:40]
+
+    def ask(qs: list[str], n: int) -> list[str]:
+        got = generate(
+            model, fmt, [fmt.render([{"role": "user", "content": q}]) for q in qs], n, True
+        )
+        return [fmt.decode(r) for r, _ in got]
+
+    facts = ask([i.question for i in items], 48)
+    opens = ask([p.prompt for p in load_open_prompts()[:12]], 160)
+    mine = ask(user.prompts[:12], user.max_tokens)
+    return {
+        "facts_ok": [is_correct(i, a) for i, a in zip(items, facts, strict=True)],
+        "facts_deg": [degeneration(a).degenerate for a in facts],
+        "open_deg": [degeneration(a).degenerate for a in opens],
+        "user_deg": [degeneration(a).degenerate for a in mine],
+        "user_rep": [degeneration(a).repeated_share for a in mine],
+        "open_answers": opens, "user_answers": mine,
+    }  # fmt: skip
+
+
+def evaluate(model: Any, fmt: ChatFormatter, user: User, guard: bool = False) -> dict[str, Any]:
     model.eval()
+    view = guard_view(model, fmt, user) if guard else None
     asks = [fmt.render([{"role": "user", "content": q}]) for q in user.held_out]
     got = generate(model, fmt, asks, user.max_tokens, greedy=True)
     texts = [fmt.decode(r) for r, _ in got]
@@ -254,6 +282,7 @@ def evaluate(model: Any, fmt: ChatFormatter, user: User) -> dict[str, Any]:
         "words": sum(len(t.split()) for t in texts) / n,
         "answers": texts,
         "open_answers": open_texts,
+        **({"guard": view} if view else {}),
     }
 
 
@@ -269,7 +298,7 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
     if args.opd_clip is not None:
         trainer.loss_cfg = replace(trainer.loss_cfg, opd_clip=args.opd_clip)
     model, fmt = trainer.model, ChatFormatter(trainer.tokenizer)
-    rows: list[dict[str, Any]] = [{"round": 0, **evaluate(model, fmt, user)}]
+    rows: list[dict[str, Any]] = [{"round": 0, **evaluate(model, fmt, user, args.guard_view)}]
     print(
         json.dumps({"user": user.name, "round": 0, "compliant": rows[0]["compliant"]}), flush=True
     )
@@ -301,6 +330,34 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
                 len(items), "s", p, resp, old, args.temperature, 1.0 if ok else -1.0, True,
                 teacher, "x", *(top or (None, None)),
             ))  # fmt: skip
+            if not ok and args.teacher_answers:
+                t_prompt = fmt.render(teacher_messages(m, user.correction))
+                with model.disable_adapter():
+                    model.eval()
+                    ((t_resp, t_stopped),) = generate(
+                        model,
+                        fmt,
+                        [t_prompt],
+                        user.max_tokens,
+                        args.teacher_answers == "greedy",
+                        args.temperature,
+                    )
+                    model.train()
+                if t_stopped and not degeneration(fmt.decode(t_resp)).degenerate:
+                    items.append(TrainItem(
+                        len(items), "t", p, t_resp, logprobs_of(model, p, t_resp, args.temperature),
+                        args.temperature, 1.0, True, None, "x",
+                    ))  # fmt: skip
+        if args.greedy_negatives:  # the policy's own loops, punished where they show
+            model.eval()
+            for p, (g_resp, _) in zip(
+                prompts, generate(model, fmt, prompts, user.max_tokens, True), strict=True
+            ):
+                if degeneration(fmt.decode(g_resp)).degenerate:
+                    items.append(TrainItem(
+                        len(items), "g", p, g_resp, logprobs_of(model, p, g_resp, args.temperature),
+                        args.temperature, -1.0, True, None, "x",
+                    ))  # fmt: skip
         model.train()
         t0 = time.monotonic()
         before = [q.detach().clone() for q in model.parameters() if q.requires_grad]
@@ -308,6 +365,18 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
         if args.entropy_cap is not None and "optim/skipped" not in step_metrics:
             step_metrics["backtracks"] = entropy_backtrack(model, items, before, args.entropy_cap)
         rewards = [it.reward for it in items]
+        print(
+            json.dumps(
+                {
+                    "teacher_answers": [
+                        fmt.decode(it.response_ids) for it in items if it.session_id == "t"
+                    ],
+                    "greedy_loops": [
+                        fmt.decode(it.response_ids)[:80] for it in items if it.session_id == "g"
+                    ],
+                }
+            )
+        )
         steps.append({
             "round": r, "reward": sum(rewards) / 4, "contrast": len(set(rewards)) > 1,
             "entropy": step_metrics.get("entropy"), "kl": step_metrics.get("kl"),
@@ -321,7 +390,7 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
             flush=True,
         )
         if r % args.eval_every == 0 or r == args.rounds:
-            rows.append({"round": r, **evaluate(model, fmt, user)})
+            rows.append({"round": r, **evaluate(model, fmt, user, args.guard_view)})
             short = {k: v for k, v in rows[-1].items() if not k.endswith("answers")}
             print(json.dumps({"user": user.name, **short}), flush=True)
     return {"user": user.name, "evals": rows, "steps": steps}
@@ -336,6 +405,22 @@ def main() -> int:
     ap.add_argument("--eval-every", type=int, default=4)
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--baseline", default="batch_mean")
+    ap.add_argument(
+        "--guard-view",
+        action="store_true",
+        help="record what the guard answers at each evaluation (bench/guard_study.py)",
+    )
+    ap.add_argument(
+        "--greedy-negatives",
+        action="store_true",
+        help="punish the policy's greedy answers to the round's prompts that are degenerate",
+    )
+    ap.add_argument(
+        "--teacher-answers",
+        choices=["greedy", "sample"],
+        default=None,
+        help="also train on the hinted base model's own answer (reward +1) for each rejected one",
+    )
     ap.add_argument("--method", default="combine")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(

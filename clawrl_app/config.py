@@ -164,11 +164,12 @@ class JudgeSettings(_Section):
     by reward only (0 = off; fewer than 4 prompts so far: the hint is trusted)."""
     teacher_check_max_rise: float = Field(default=0.25, ge=0.0, le=1.0)
     """How much more often the teacher's answers may be degenerate with the hint than
-    without it (0.25: three more of 12 prompts; four more and the hint trains by reward
-    only). Measured: calm/plain's hint 0.08 -> 0.42, bullets' 0.00 -> 0.17 (it still
-    teaches the format), brevity's 0.00 -> 0.00 (`bench/teacher_check.py`)."""
+    without it (0.25: three more of 12 prompts); see docs/learning.md for the figures."""
     teacher_check_max_tokens: int = Field(default=160, ge=1)
     """Longest answer of that check (each prompt at the budget its request set, at most this)."""
+    teacher_answers: bool = True
+    """The teacher also answers each hinted turn (greedy); one that ends on its own and does
+    not loop trains as a +1 sample of the turn beside the policy's own answer."""
     custom_reward_path: str | None = None
     """A Python file defining reward(turn, next_state, context); it replaces the judge."""
 
@@ -203,8 +204,7 @@ class TrainSettings(_Section):
     lr: float | None = None
     """AdamW learning rate; empty = 1e-5 full, 1e-4 LoRA on GPUs, 5e-4 LoRA on the CPU."""
     updates_per_batch: int = Field(default=1, ge=1, le=16)
-    """Optimizer updates per batch (PPO epochs): more learning from each piece of feedback,
-    bounded by the reward term's clip; one checkpoint per batch (default 1, as upstream)."""
+    """Optimizer updates per batch (PPO epochs); one checkpoint per batch (upstream: 1)."""
     lora_rank: int = 16
     """LoRA rank r."""
     lora_alpha: int = 32
@@ -219,14 +219,11 @@ class TrainSettings(_Section):
     max_staleness: int = 8
     """Skip samples produced by a policy more than this many versions older than the trainer's."""
     baseline: Literal["ema", "batch_mean", "none"] = "batch_mean"
-    """Reward baseline for binary RL: batch_mean (a batch whose rewards are all equal
-    carries no contrast and does not push), ema (a moving mean of past rewards: after a
-    run of -1 it pushes every sampled token of an all-positive batch up, and the reverse)
-    or none (upstream's A = r)."""
+    """Reward baseline for binary RL: batch_mean (a batch of equal rewards does not push),
+    ema (a moving mean of past rewards) or none (upstream's A = r)."""
     opd_baseline: Literal["batch_mean", "none"] = "none"
     """Baseline of the teacher term (OPD, combine): batch_mean subtracts the batch's mean
-    teacher gap, whose negative mean otherwise pushes every sampled token down (none =
-    upstream)."""
+    teacher gap (none = upstream)."""
     behaviour_correction: Literal["auto", "tis", "off"] = "auto"
     """When the serving engine's log-probs differ from the trainer's (llama.cpp kernels):
     truncated importance sampling (tis); auto = tis under the llama.cpp backend."""
@@ -373,6 +370,9 @@ class GuardSettings(_Section):
     max_degeneration_rise: float = Field(default=0.05, ge=0.0, le=1.0)
     """Refuse a version whose degeneration rate (share of its answers that loop or repeat
     themselves) exceeds the base model's by more than this, whatever its fact score."""
+    max_new_loops: float = Field(default=0.05, ge=0.0, le=1.0)
+    """Refuse a version when more than this share of its answers (general check, your
+    prompts) loop where the base model's answer to the same prompt does not."""
     max_repetition_rise: float = Field(default=0.05, ge=0.0, le=1.0)
     """Refuse a version whose answers to your newest prompts repeat their own 3-word phrases
     more than the base model's do on the same prompts by more than this (mean share of

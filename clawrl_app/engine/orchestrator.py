@@ -220,6 +220,7 @@ class Engine:
             grace_s=s.review.grace_s,
             events=self._emit,
             topk=TOPK_OPD_K if s.train.method in TOPK_METHODS else 0,
+            answer_tokens=s.server.default_max_tokens if s.judge.teacher_answers else 0,
             teacher_check=TeacherCheck(
                 self.store,
                 backend,
@@ -457,6 +458,7 @@ class Engine:
             teacher_version=self.judge_loop.teacher_version(),
             events=self._emit,
             topk=self.judge_loop.topk,
+            answer_tokens=self.judge_loop.answer_tokens,
         )
 
     async def rollback(

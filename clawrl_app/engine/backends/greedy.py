@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from clawrl_app.engine.backends.base import GenerationRequest, SamplingParams, TokenOut
+from clawrl_app.engine.backends.base import Finished, GenerationRequest, SamplingParams, TokenOut
 
 if TYPE_CHECKING:
     from clawrl_app.engine.backends.base import Backend
@@ -26,6 +26,19 @@ async def greedy_answer(
 ) -> str:
     """`version`'s greedy answer to `messages` (at most `max_tokens`, and what the context
     leaves), on the background lane so user requests go first; NoRoom when none fits."""
+    ids, _ = await greedy_tokens(backend, formatter, version, messages, max_tokens)
+    return formatter.decode(ids)
+
+
+async def greedy_tokens(
+    backend: Backend,
+    formatter: ChatFormatter,
+    version: str,
+    messages: list[dict[str, Any]],
+    max_tokens: int,
+) -> tuple[list[int], str | None]:
+    """`greedy_answer` as token ids (an end token included) and why it finished ("stop": it
+    ended on its own; "length": at the budget)."""
     ids = formatter.render(messages)
     room = backend.info().context_length - len(ids)
     if room < 1:
@@ -37,5 +50,11 @@ async def greedy_answer(
         version=version,
         background=True,
     )
-    out = [ev.token_id async for ev in backend.generate(req) if isinstance(ev, TokenOut)]
-    return formatter.decode(out)
+    out: list[int] = []
+    reason = None
+    async for ev in backend.generate(req):
+        if isinstance(ev, TokenOut):
+            out.append(ev.token_id)
+        elif isinstance(ev, Finished):
+            reason = ev.reason
+    return out, reason

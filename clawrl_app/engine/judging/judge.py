@@ -34,6 +34,7 @@ from clawrl_app.engine.judging.prompts import (
     prm_messages,
     teacher_messages,
 )
+from clawrl_app.engine.judging.teacher_answer import teacher_answer
 from clawrl_app.engine.judging.teacher_check import TeacherCheck
 from clawrl_app.engine.judging.votes import majority_vote, parse_boxed, parse_hint_vote, select_hint
 from clawrl_app.engine.store import SampleRow, Store, TurnRow
@@ -289,8 +290,12 @@ class JudgeLoop:
         events: EventSink | None = None,
         topk: int = 0,
         teacher_check: TeacherCheck | None = None,
+        answer_tokens: int = 0,
     ) -> None:
         self.store = store
+        self.answer_tokens = answer_tokens
+        """> 0: the teacher also answers each hinted turn (`teacher_answer`), at most this
+        many tokens when the request set no budget; 0: off."""
         self.teacher_check = teacher_check
         self.backend = backend
         self.formatter = formatter
@@ -323,7 +328,7 @@ class JudgeLoop:
             if getattr(self.judge, "caps_cut_off", True):  # the built-in judges' form rules
                 verdict = cap_cut_off(verdict, turn.finish_reason)
                 verdict = penalize_degenerate(verdict, inp.answer_text)
-            teacher, topk = None, None
+            teacher, topk, shown = None, None, None
             if verdict.hint:  # one forward pass: cheap beside the teacher check
                 teacher = await teacher_logprobs(
                     self.backend, self.formatter, turn, verdict.hint, self.teacher_version()
@@ -349,6 +354,11 @@ class JudgeLoop:
                     self.teacher_version(),
                     self.topk,
                 )
+                if self.answer_tokens:
+                    shown = await teacher_answer(
+                        self.backend, self.formatter, turn, str(verdict.hint),
+                        self.teacher_version(), self.answer_tokens,
+                    )  # fmt: skip
         except Exception as exc:  # user plugin or judge endpoint failure: retried later
             self.failed += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
@@ -369,6 +379,8 @@ class JudgeLoop:
         )
         if topk is not None and hint is not None and row.user_hint is None:
             self.store.set_teacher_topk(sample.id, *topk)
+        if shown is not None and hint is not None and row.user_hint is None:
+            self.store.set_teacher_answer(sample.id, shown)
         if row.user_rating is not None:  # rated before the judge read it: live agreement
             self.store.add_metric(
                 sample.id, "judge/agreement", float(verdict.score == row.user_rating)

@@ -70,6 +70,14 @@ def preference_agreement(deltas: Sequence[float], rewards: Sequence[float]) -> f
     return total / len(deltas)
 
 
+def new_loops(mine: Sequence[bool], base: Sequence[bool]) -> float | None:
+    """Share of a version's answers that are degenerate where the base model's answer to the
+    same prompt is not (paired flags, same prompts in the same order; None: no answers)."""
+    if len(mine) != len(base):
+        raise ValueError(f"{len(mine)} answers but {len(base)} of the base's")
+    return sum(m and not b for m, b in zip(mine, base, strict=True)) / len(mine) if mine else None
+
+
 @dataclass(frozen=True)
 class GeneralResult:
     """A version's general check: facts on the questions, form on every answer."""
@@ -82,6 +90,8 @@ class GeneralResult:
     """Share of all answers (questions and open prompts) that are degenerate."""
     questions: int
     answers: int
+    flags: tuple[bool, ...] = ()
+    """Per answer (questions, then open prompts): degenerate; empty when reused."""
 
 
 def score_general(
@@ -100,7 +110,8 @@ def score_general(
             for a, bad in zip(fact_answers, degenerate[: len(fact_answers)], strict=True)
         ]
         general = score_answers(items, kept).score
-    return GeneralResult(general, facts, sum(degenerate) / n if n else None, len(items), n)
+    rate = sum(degenerate) / n if n else None
+    return GeneralResult(general, facts, rate, len(items), n, tuple(degenerate))
 
 
 def _fig(x: float | None) -> str:
@@ -117,14 +128,19 @@ class UserForm:
     repetition: float | None = None
     base_repetition: float | None = None
     n: int = 0
+    flags: tuple[bool, ...] = ()
+    base_flags: tuple[bool, ...] = ()
+    """Per prompt: the version's answer / the base's is degenerate."""
 
     @staticmethod
     def of(mine: Sequence[Degeneration], base: Sequence[Degeneration]) -> UserForm:
         """The shares and means of paired answers (same prompts, same order)."""
         n = len(mine)
+        flags, base_flags = tuple(f.degenerate for f in mine), tuple(f.degenerate for f in base)
         return UserForm(
-            sum(f.degenerate for f in mine) / n, sum(f.degenerate for f in base) / n,
+            sum(flags) / n, sum(base_flags) / n,
             sum(f.repeated_share for f in mine) / n, sum(f.repeated_share for f in base) / n, n,
+            flags, base_flags,
         )  # fmt: skip
 
 
@@ -155,6 +171,9 @@ class VersionScores:
     a drift toward loops shows here before single answers turn degenerate."""
     base_user_repetition: float | None = None
     """The base model's mean on the same prompts."""
+    new_loops: float | None = None
+    """Share of its answers (general check and the user's prompts) that are degenerate where
+    the base model's answer to the same prompt is not (`new_loops`)."""
 
 
 @dataclass(frozen=True)
@@ -193,7 +212,8 @@ class GuardVerdict:
             f"{c.version} vs {s.version}: personal {_fig(c.personal)} vs {_fig(s.personal)} "
             f"({turns}), general {_fig(c.general)} vs {_fig(s.general)} "
             f"({c.general_n} questions), degeneration {_fig(c.degeneration)} vs "
-            f"{_fig(s.degeneration)} ({base}{c.degeneration_n} answers{mine})"
+            f"{_fig(s.degeneration)} ({base}{c.degeneration_n} answers{mine}), new loops "
+            f"{_fig(c.new_loops)}"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -219,6 +239,7 @@ class GuardVerdict:
             "user_prompts": c.user_n,
             "user_repetition": c.user_repetition,
             "base_user_repetition": c.base_user_repetition,
+            "new_loops": c.new_loops,
         }
 
 
@@ -244,7 +265,9 @@ def decide(
     open prompts do not ask what this user asks; and so is the mean share of repeated
     phrases in those answers (`max_repetition_rise`): a version drifting toward loops
     repeats itself more on every answer before a few of them loop outright, which a rate of
-    8-12 answers sees only by luck."""
+    8-12 answers sees only by luck. And the share of its answers that loop where the base's
+    answer to the same prompt does not (`max_new_loops`): a version trained to answer short
+    stops looping where the base ran long, which hides its new short loops in a rate."""
     reasons = []
     general_ref = base_general if base_general is not None else served.general
     if (
@@ -295,6 +318,11 @@ def decide(
                 f"{what} on your own prompts {mine:.2f} vs base {base_mine:.2f} "
                 f"(max rise {rise:g}) on {candidate.user_n} prompts"
             )
+    if candidate.new_loops is not None and candidate.new_loops > settings.max_new_loops + EPS:
+        reasons.append(
+            f"new loops: {candidate.new_loops:.2f} of its answers degenerate where the base's "
+            f"are not (max {settings.max_new_loops:g})"
+        )
     return GuardVerdict(
         candidate, served, not reasons, reasons, form_ref, settings.min_personal_items
     )
@@ -322,6 +350,7 @@ class RegressionGuard:
         self.open = prompts[: settings.open_prompts]
         self._base_lps: dict[int, float] = {}  # turn id -> the base model's mean log-prob
         self._base_form: dict[int, Degeneration] = {}  # turn id -> the base's answer's form
+        self._flags: dict[str, tuple[bool, ...]] = {}  # version -> its general answers' form
         self._offered = 0
         self.checked = 0
         self.refused = 0
@@ -450,6 +479,8 @@ class RegressionGuard:
             result = GeneralResult(general, None, degeneration, n, n + len(self.open))
         else:
             result = await self.general_score(version)
+            self._flags = {k: v for k, v in self._flags.items() if k == "base"}
+            self._flags[version] = result.flags
             values |= {GENERAL: result.general, DEGENERATION: result.degeneration}
         kept = {k: v for k, v in values.items() if v is not None}
         if kept:
@@ -468,6 +499,21 @@ class RegressionGuard:
         base = await self.scores("base", 0)
         return base.general, base.degeneration
 
+    async def _base_flags(self) -> tuple[bool, ...]:
+        """Per general-check answer of the base model: degenerate (computed once)."""
+        if "base" not in self._flags:
+            self._flags["base"] = (await self.general_score("base")).flags
+        return self._flags["base"]
+
+    async def _new_loops(self, candidate: str, form: UserForm) -> float | None:
+        """`new_loops` over the candidate's general-check answers and its answers to the
+        user's prompts, each paired with the base model's answer to the same prompt."""
+        mine = self._flags.get(candidate, ())
+        base = await self._base_flags() if mine else ()
+        if len(mine) != len(base):
+            mine, base = (), ()
+        return new_loops([*mine, *form.flags], [*base, *form.base_flags])
+
     async def check(self, candidate: str, served: str, step: int) -> GuardVerdict:
         """Score both versions and decide."""
         before = await self.scores(served, self._step_of(served), reuse=True)
@@ -480,6 +526,7 @@ class RegressionGuard:
             after, user_degeneration=form.rate, base_user_degeneration=form.base_rate,
             user_n=form.n, user_repetition=form.repetition,
             base_user_repetition=form.base_repetition,
+            new_loops=await self._new_loops(candidate, form),
         )  # fmt: skip
         verdict = decide(after, before, self.settings, base_general, base_degeneration)
         self.checked += 1

@@ -159,6 +159,8 @@ class JudgmentRow:
     created: float
     teacher_topk: dict[str, Any] | None = None
     """Teacher top-k per response token: {"ids": [[...K]...], "logprobs": [[...K]...]}."""
+    teacher_answer_ids: list[int] | None = None
+    """The teacher's own greedy answer to the turn's prompt with the hint (token ids)."""
 
 
 @dataclass(frozen=True)
@@ -235,6 +237,7 @@ _DECODED: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "response_ids": ("response_ids", lambda b: _unpack(_INT32, b)),
     "logprobs": ("logprobs", lambda b: _unpack("d", b)),
     "teacher_logprobs": ("teacher_logprobs", lambda b: _unpack("d", b)),
+    "teacher_answer_ids": ("teacher_answer_ids", lambda b: _unpack(_INT32, b)),
     "pinned": ("pinned", bool),
     "trained": ("trained", bool),
     **{

@@ -8,7 +8,16 @@ from typing import Any
 
 from clawrl_app.engine.store.connection import StoreBase
 from clawrl_app.engine.store.faults import StoreError
-from clawrl_app.engine.store.rows import JudgmentRow, SampleRow, _build, _check, _dumps, _now, _pack
+from clawrl_app.engine.store.rows import (
+    _INT32,
+    JudgmentRow,
+    SampleRow,
+    _build,
+    _check,
+    _dumps,
+    _now,
+    _pack,
+)
 from clawrl_app.engine.store.schema import SAMPLE_STATES
 
 HOLDOUT_REASON = "held out: the regression guard's personal evaluation set"
@@ -165,6 +174,13 @@ class SamplesMixin(StoreBase):
         blob = _dumps({"ids": [list(r) for r in ids], "logprobs": [list(r) for r in logprobs]})
         return self._update(
             "UPDATE judgments SET teacher_topk_json = ? WHERE sample_id = ?", (blob, sample_id)
+        )
+
+    def set_teacher_answer(self, sample_id: int, ids: Sequence[int] | None) -> bool:
+        """Store (None: clear) the teacher's own answer under the hint, as token ids."""
+        blob = None if ids is None else _pack(_INT32, ids)
+        return self._update(
+            "UPDATE judgments SET teacher_answer_ids = ? WHERE sample_id = ?", (blob, sample_id)
         )
 
     def set_teacher_logprobs(self, sample_id: int, logprobs: Sequence[float]) -> bool:

@@ -102,6 +102,10 @@ MIGRATIONS: list[str] = [
     ALTER TABLE turns ADD COLUMN holdout INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX turns_held_out ON turns(id) WHERE holdout = 1;
     """,
+    # v6: the teacher's own answer under the hint (token ids), trained toward as a +1 sample
+    """
+    ALTER TABLE judgments ADD COLUMN teacher_answer_ids BLOB;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -146,6 +146,9 @@ def response_logprobs(
     mask_BT = (torch.arange(T, device=dev) >= T - resp_len_B[:, None]).to(f32)  # (B, T)
     old = [_left_pad(it.old_logprobs, T, 0.0) for it in items]
     old_BT = torch.tensor(old, dtype=f32, device=dev)  # (B, T)
+    if any(it.demonstration for it in items):  # no behaviour log-probs: the policy's own now
+        demo_B = torch.tensor([it.demonstration for it in items], device=dev)  # (B,)
+        old_BT = torch.where(demo_B[:, None], logprobs_BT.detach(), old_BT)  # (B, T)
     teacher = [_left_pad(it.teacher_logprobs or [], T, 0.0) for it in items]
     teacher_BT = torch.tensor(teacher, dtype=f32, device=dev)  # (B, T)
     K = max((len(it.teacher_topk_ids[0]) for it in items if it.teacher_topk_ids), default=0)

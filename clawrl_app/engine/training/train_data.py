@@ -46,6 +46,10 @@ class TrainItem:
     centred: bool = False
     """The reward is already an advantage (an env turn's group-relative value): the trainer
     subtracts no baseline from it and leaves it out of the batch's baseline."""
+    demonstration: bool = False
+    """The teacher's own answer to the turn's prompt (`judging/teacher_answer.py`), not a
+    sample of the policy: no behaviour log-probs (`old_logprobs` is empty); the trainer takes
+    the policy's current ones, so the ratio starts at 1 (`policy_forward`)."""
 
     @property
     def tokens(self) -> int:
@@ -123,6 +127,27 @@ def build_item(
         teacher_topk_logprobs=topk["logprobs"] if topk else None,
         json_schema=sampled_schema(turn.request),
         centred=is_centred(judgment),
+    )
+
+
+def demonstration_item(item: TrainItem, judgment: JudgmentRow, method: str) -> TrainItem | None:
+    """The teacher's answer to `item`'s prompt as one more sample of the turn, rewarded +1
+    (None without one, or where the method has no reward term)."""
+    ids = judgment.teacher_answer_ids
+    if not ids or item.centred or not needs_reward(method):
+        return None
+    return TrainItem(
+        sample_id=item.sample_id,
+        session_id=item.session_id,
+        prompt_ids=item.prompt_ids,
+        response_ids=list(ids),
+        old_logprobs=[],
+        temperature=item.temperature,
+        reward=1.0,
+        has_reward=True,
+        teacher_logprobs=None,
+        policy_version=item.policy_version,
+        demonstration=True,
     )
 
 

@@ -45,11 +45,7 @@ from clawrl_app.engine.training.config import STOP_METHODS, TrainerConfig
 from clawrl_app.engine.training.grammar_replay import GrammarReplay
 from clawrl_app.engine.training.lease import hold_trainer_lock, owner_alive
 from clawrl_app.engine.training.losses import OBJECTIVES, LossConfig, needs_reward
-from clawrl_app.engine.training.model_setup import (
-    LORA_TARGETS,
-    enable_checkpointing,
-    load_4bit,
-)
+from clawrl_app.engine.training.model_setup import LORA_TARGETS, enable_checkpointing, load_4bit
 from clawrl_app.engine.training.pause_points import install_pause_points
 from clawrl_app.engine.training.policy_forward import response_logprobs
 from clawrl_app.engine.training.ranks import (
@@ -76,6 +72,7 @@ from clawrl_app.engine.training.train_data import (
     Skip,
     TrainItem,
     build_item,
+    demonstration_item,
     micro_batches,
     teaches,
 )
@@ -272,9 +269,11 @@ class Trainer:
 
     # -- data --------------------------------------------------------------------------
     def next_batch(self) -> list[TrainItem]:
-        """Up to batch_size usable items; unusable samples are skipped with their reason."""
+        """Up to batch_size usable samples' items, then the teacher's answers to their
+        prompts (`demonstration_item`); unusable samples are skipped with their reason."""
         items: list[TrainItem] = []
-        store = self._main_store()
+        shown: list[TrainItem] = []  # the teacher's answers to the same prompts
+        store, method = self._main_store(), self.cfg.method
         newest = max((version_number(c.version) for c in store.list_checkpoints()), default=0)
         rows = store.trainable_samples(
             self.cfg.batch_size * 4, approved_only=self.cfg.approved_only
@@ -283,16 +282,16 @@ class Trainer:
             turn, judgment = store.get_turn(sample.turn_id), store.get_judgment(sample.id)
             if turn is None or judgment is None:
                 continue
-            got = build_item(
-                sample, turn, judgment, self.cfg.method, newest, self.cfg.max_staleness
-            )
+            got = build_item(sample, turn, judgment, method, newest, self.cfg.max_staleness)
             if isinstance(got, Skip):
                 store.set_sample_state(got.sample_id, "skipped", got.reason)
                 continue
             items.append(got)
+            demo = demonstration_item(got, judgment, method)
+            shown += [demo] if demo is not None else []
             if len(items) == self.cfg.batch_size:
                 break
-        return items
+        return items + shown
 
     def still_allowed(self, items: list[TrainItem]) -> list[TrainItem]:
         """Re-check review states right before the optimizer sees the batch."""
@@ -456,7 +455,7 @@ class Trainer:
             self.cfg.method,
             metrics,
             sessions,
-            [it.sample_id for it in items],
+            list(dict.fromkeys(it.sample_id for it in items)),
             canary,
         )
         state = {
@@ -530,7 +529,8 @@ class Trainer:
         if not self.allowed():
             return "wait", []
         items = self.still_allowed(self.next_batch())
-        return ("train", items) if len(items) >= self.cfg.batch_size else ("wait", [])
+        full = len({it.sample_id for it in items}) >= self.cfg.batch_size
+        return ("train", items) if full else ("wait", [])
 
     def skip_without_contrast(self, items: list[TrainItem]) -> None:
         """Rank 0 marks a batch that carried no contrast skipped, with the reason; no step

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from clawrl_app.config import JudgeSettings
+from clawrl_app.degeneration import score as degeneration
 from clawrl_app.engine.backends.pytorch.backend import TorchBackend
-from clawrl_app.engine.chat.formatter import ChatFormatter
+from clawrl_app.engine.chat.formatter import ChatFormatter, eos_token_ids
 from clawrl_app.engine.collecting.collector import Collector
 from clawrl_app.engine.judging.judge import HeuristicJudge, JudgeLoop
 from clawrl_app.engine.judging.teacher_check import TeacherCheck, decide_teacher
@@ -85,7 +86,7 @@ def test_a_hint_the_teacher_loops_on_trains_by_reward_only(
             try:
                 check = TeacherCheck(store, be, fmt, prompts=6, max_rise=0.125, max_tokens=64)
                 loop = JudgeLoop(store, be, fmt, HeuristicJudge(), settings=JudgeSettings(),
-                                 grace_s=0.0, teacher_check=check)  # fmt: skip
+                                 grace_s=0.0, teacher_check=check, answer_tokens=64)  # fmt: skip
                 while await loop.run_once():
                     pass
                 return loop, check
@@ -105,6 +106,13 @@ def test_a_hint_the_teacher_loops_on_trains_by_reward_only(
         assert loopy.score == -1 and loopy.hint is None, loopy
         assert loopy.teacher_logprobs is None
         assert loopy.hint_rule is not None and "reward only" in loopy.hint_rule
+        # the teacher's own answer under the brief hint: ended on its own within the turn's
+        # 48 tokens, short, no loop; none for the hint that does not teach
+        shown = brief.teacher_answer_ids
+        assert shown and len(shown) <= 48 and shown[-1] in eos_token_ids(tok), shown
+        text = fmt.decode(shown)
+        assert 0 < len(text.split()) <= 30 and not degeneration(text).degenerate, text
+        assert loopy.teacher_answer_ids is None
         assert check.checked == 2 and check.untrusted == 1 and loop.judged >= 2
         trusted = [m.value for m in store.metrics("judge/teacher_trusted")]
         assert sorted(trusted) == [0.0, 1.0]

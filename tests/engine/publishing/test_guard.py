@@ -15,6 +15,7 @@ from clawrl_app.engine.publishing.guard import (
     GuardVerdict,
     VersionScores,
     decide,
+    new_loops,
     preference_agreement,
     score_general,
 )
@@ -150,6 +151,35 @@ def test_a_drift_toward_repeats_on_the_users_prompts_is_refused_before_answers_l
     assert decide(replace(cand, **fall), served, s, 0.6, 0.12).passed  # type: ignore[arg-type]
     few = dict(drift, user_n=USER_FORM_MIN - 1)
     assert decide(replace(cand, **few), served, s, 0.6, 0.12).passed  # type: ignore[arg-type]
+
+
+def test_new_loops_count_only_answers_that_loop_where_the_bases_did_not() -> None:
+    """Paired by prompt: a loop the base model had too is no new loop; a loop the version
+    lost makes up for nothing."""
+    assert new_loops([True, True, False, False], [True, False, True, False]) == 0.25
+    assert new_loops([False] * 4, [True] * 4) == 0.0
+    assert new_loops([], []) is None
+    with pytest.raises(ValueError, match="3 answers but 2"):
+        new_loops([True] * 3, [True] * 2)
+
+
+def test_new_loops_refuse_a_version_whose_rate_fell() -> None:
+    """brevity/tips25's v6 (bench/results/learn-20261127-231742.json): degeneration 0.06 vs
+    the base's 0.12 and 0.08 vs 0.25 on the user's prompts, passed; its short answers loop
+    where the base's ran long without a loop ("1. 1. 1. ..."). Refused for the loops that
+    are new; at the margin it passes."""
+    s = GuardSettings(min_personal_items=4, max_new_loops=0.05)
+    served = VersionScores("v2", None, 0, 0.7, 40, degeneration=0.08, degeneration_n=52)
+    v6 = VersionScores("v6", None, 0, 0.75, 40, degeneration=0.06, degeneration_n=52,
+                       user_degeneration=0.08, base_user_degeneration=0.25, user_n=12,
+                       new_loops=4 / 64)  # fmt: skip
+    v = decide(v6, served, s, base_general=0.6, base_degeneration=0.12)
+    assert not v.passed and v.reasons == [
+        "new loops: 0.06 of its answers degenerate where the base's are not (max 0.05)"
+    ]
+    assert v.summary().endswith("new loops 0.06") and v.as_dict()["new_loops"] == 4 / 64
+    assert decide(replace(v6, new_loops=0.05), served, s, 0.6, 0.12).passed
+    assert decide(replace(v6, new_loops=None), served, s, 0.6, 0.12).passed
 
 
 def test_user_prompts_are_the_newest_plain_distinct_conversations(tmp_path: Path) -> None:

@@ -127,7 +127,7 @@ def test_a_looping_adapter_that_a_fact_check_passes_is_refused_for_degeneration(
     assert c.facts_any_form >= s.facts_any_form - SETTINGS.max_general_drop
     # ... so the decision on facts alone (the guard before it scored form) passes it
     facts_only = decide(
-        replace(c, general=c.facts_any_form, degeneration=None),
+        replace(c, general=c.facts_any_form, degeneration=None, new_loops=None),
         replace(s, general=s.facts_any_form, degeneration=None),
         SETTINGS,
         base_general=s.facts_any_form,
@@ -138,6 +138,9 @@ def test_a_looping_adapter_that_a_fact_check_passes_is_refused_for_degeneration(
     assert c.general == 0.0
     why = f"degeneration 1.00 vs base {s.degeneration:.2f} (max rise 0.05) on 8 answers"
     assert why in verdict.reasons
+    # every answer loops: new loops wherever the base's answer to the same prompt did not
+    assert c.new_loops == pytest.approx(1.0 - s.degeneration)
+    assert any(r.startswith("new loops: ") for r in verdict.reasons)
     assert store.get_checkpoint("v1").status == "refused"  # type: ignore[union-attr]
     refused = [e for e in events if isinstance(e, PublishRefused)]
     assert len(refused) == 1 and why in refused[0].reason

@@ -1,0 +1,119 @@
+"""The teacher's own answer under the hint as a +1 sample of the turn (issue #29).
+
+The store keeps it with the judgment (a real SQLite file); `train_data` makes it one more
+item of the turn, rewarded +1, without behaviour log-probs; the forward pass takes the
+policy's current log-probs for it (ratio 1); the trainer counts samples, not items, toward
+its batch; and a real step on the
+embedded model makes the shown answer likelier and the policy's own disliked one less so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from clawrl_app.engine.chat.formatter import ChatFormatter, eos_token_ids
+from clawrl_app.engine.store import JudgmentRow, Store
+from clawrl_app.engine.training.policy_forward import response_logprobs
+from clawrl_app.engine.training.train_data import TrainItem, demonstration_item
+from clawrl_app.models import ResolvedModel
+from tests.engine.training.rank_fixtures import judged_store
+from tests.engine.training.test_no_harm import LONG, QUESTIONS, make_trainer, scored
+
+
+def test_the_store_keeps_the_teacher_answer_with_the_judgment(tmp_path: Path) -> None:
+    ids = judged_store(tmp_path / "s.sqlite3", 2)
+    with Store(tmp_path / "s.sqlite3") as store:
+        assert store.get_judgment(ids[0]).teacher_answer_ids is None  # type: ignore[union-attr]
+        assert store.set_teacher_answer(ids[0], [5, 6, 2])
+        assert store.get_judgment(ids[0]).teacher_answer_ids == [5, 6, 2]  # type: ignore[union-attr]
+        assert store.get_judgment(ids[1]).teacher_answer_ids is None  # type: ignore[union-attr]
+        assert store.set_teacher_answer(ids[0], None)
+        assert store.get_judgment(ids[0]).teacher_answer_ids is None  # type: ignore[union-attr]
+
+
+def own(reward: float = -1.0, centred: bool = False) -> TrainItem:
+    return TrainItem(7, "s", [1, 2, 3], [4, 5], [-1.0, -2.0], 0.7, reward, True, None, "v2",
+                     centred=centred)  # fmt: skip
+
+
+def judgment(answer: list[int] | None) -> JudgmentRow:
+    return JudgmentRow(1, 7, "heuristic", [], -1.0, -1.0, "Shorter.", [], None, None, None,
+                       None, 0.0, teacher_answer_ids=answer)  # fmt: skip
+
+
+def test_the_teacher_answer_is_one_more_sample_of_the_turn_rewarded_plus_one() -> None:
+    demo = demonstration_item(own(), judgment([8, 9, 2]), "combine")
+    assert demo is not None and demo.demonstration
+    assert (demo.sample_id, demo.prompt_ids, demo.response_ids) == (7, [1, 2, 3], [8, 9, 2])
+    assert demo.reward == 1.0 and demo.has_reward and demo.old_logprobs == []
+    assert demo.teacher_logprobs is None and demo.temperature == 0.7
+    assert demonstration_item(own(), judgment([8, 9, 2]), "combine-stop") is not None
+    assert demonstration_item(own(), judgment([8, 9, 2]), "opd") is None  # no reward term
+    assert demonstration_item(own(), judgment(None), "combine") is None
+    assert demonstration_item(own(centred=True), judgment([8]), "combine") is None  # an env turn
+
+
+def test_the_forward_pass_takes_the_policys_own_log_probs_for_a_shown_answer() -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2)  # fmt: skip
+    model = LlamaForCausalLM(cfg)
+    real = own()
+    demo = demonstration_item(real, judgment([8, 9, 2]), "combine")
+    assert demo is not None
+    out = response_logprobs(model, [real, demo], "cpu")
+    m = out.mask_BT.bool()
+    assert torch.equal(out.old_logprobs_BT[1][m[1]], out.logprobs_BT[1][m[1]].detach())
+    assert out.old_logprobs_BT[0][m[0]].tolist() == [-1.0, -2.0]  # a sample keeps its own
+
+
+@pytest.mark.slow
+def test_a_step_makes_the_shown_answer_likelier_and_counts_samples_not_items(
+    tmp_path: Path, embedded_model: ResolvedModel
+) -> None:
+    tr = make_trainer(tmp_path, embedded_model)
+    tok, fmt = tr.tokenizer, ChatFormatter(tr.tokenizer)
+    eos = sorted(eos_token_ids(tok))[:1]
+    long = list(tok(LONG, add_special_tokens=False)["input_ids"])[:32]
+    short = list(tok("Plants make food from light.", add_special_tokens=False)["input_ids"])
+    prompts = [fmt.render([{"role": "user", "content": q}]) for q in QUESTIONS[:4]]
+    mine = [
+        TrainItem(k, f"s{k}", p, long, scored(tr, p, long, 1.0), 1.0, -1.0, True, None, "base")
+        for k, p in enumerate(prompts)
+    ]
+    shown = [demonstration_item(it, judgment(short + eos), "combine") for it in mine]
+    items = mine + [d for d in shown if d is not None]
+    assert len(items) == 8
+    before_short = sum(scored(tr, prompts[0], short + eos, 1.0))
+    before_long = sum(scored(tr, prompts[0], long, 1.0))
+    metrics = tr.train_step(items)
+    assert metrics["optim/grad_norm"] > 0 and "optim/skipped" not in metrics
+    assert sum(scored(tr, prompts[0], short + eos, 1.0)) > before_short + 1.0
+    assert sum(scored(tr, prompts[0], long, 1.0)) < before_long
+
+
+@pytest.mark.slow
+def test_a_batch_is_full_with_batch_size_samples_whatever_the_shown_answers(
+    tmp_path: Path, embedded_model: ResolvedModel
+) -> None:
+    """Three judged samples with their three shown answers are six items but not a batch of
+    4; a fourth sample makes one (eight items)."""
+    ids = judged_store(tmp_path / "s.sqlite3", 4, rewards=[-1.0] * 4, teacher_every=0)
+    with Store(tmp_path / "s.sqlite3") as store:
+        for k in ids:
+            store.set_teacher_answer(k, [300, 301, 2])
+        store.set_sample_state(ids[3], "skipped", "held back by the test")
+    tr = make_trainer(tmp_path, embedded_model)
+    assert tr.decide() == ("wait", [])
+    assert len(tr.next_batch()) == 6
+    with Store(tmp_path / "s.sqlite3") as store:
+        store.set_sample_state(ids[3], "judged")
+    verdict, items = tr.decide()
+    assert verdict == "train" and len(items) == 8
+    assert sum(it.demonstration for it in items) == 4
+    assert sorted({it.sample_id for it in items}) == sorted(ids)
