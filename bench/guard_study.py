@@ -97,14 +97,20 @@ def main() -> int:
         r = sum(refused(v) for v in looping)
         p = sum(not refused(v) for v in harmless)
         print(f"| {name} | {r}/{len(looping)} | {p}/{len(harmless)} |")
-        if args.verbose:
-            for v in vs:
-                verdict = decide(v["scores"], v["base"], settings, v["base"].general,
-                                 v["base"].degeneration)  # fmt: skip
-                print(f"    {v['run']} r{v['round']} looping={v['looping']} "
-                      f"held-out {v['held_out_deg']:.2f} (base {v['base_held_out_deg']:.2f}) "
-                      f"refused={not verdict.passed} {verdict.reasons}")  # fmt: skip
+        for line in [explain(v, settings) for v in vs] if args.verbose else []:
+            print(line)
     return 0
+
+
+def explain(v: dict[str, Any], settings: GuardSettings) -> str:
+    """One version's label and the guard's decision on it, with the reasons."""
+    b = v["base"]
+    verdict = decide(v["scores"], b, settings, b.general, b.degeneration)
+    return (
+        f"    {v['run']} r{v['round']} looping={v['looping']} held-out "
+        f"{v['held_out_deg']:.2f} (base {v['base_held_out_deg']:.2f}) "
+        f"refused={not verdict.passed} {verdict.reasons}"
+    )
 
 
 if __name__ == "__main__":
