@@ -49,6 +49,7 @@ from learn_personas import USERS as PERSONA_USERS  # noqa: E402
 from clawrl_app.degeneration import score as degeneration  # noqa: E402
 from clawrl_app.engine.chat.formatter import ChatFormatter, eos_token_ids  # noqa: E402
 from clawrl_app.engine.judging.prompts import teacher_messages  # noqa: E402
+from clawrl_app.engine.judging.teacher_answer import MIN_HINT_GAIN, quotes  # noqa: E402
 from clawrl_app.engine.training.config import TrainerConfig  # noqa: E402
 from clawrl_app.engine.training.policy_forward import response_logprobs  # noqa: E402
 from clawrl_app.engine.training.train_data import TrainItem  # noqa: E402
@@ -343,7 +344,17 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
                         args.temperature,
                     )
                     model.train()
-                if t_stopped and not degeneration(fmt.decode(t_resp)).degenerate:
+                    t_text = fmt.decode(t_resp)
+                    gain = (
+                        sum(logprobs_of(model, t_prompt, t_resp))
+                        - sum(logprobs_of(model, p, t_resp))
+                    ) / len(t_resp)
+                if (
+                    t_stopped
+                    and not degeneration(t_text).degenerate
+                    and not quotes(t_text, user.correction)
+                    and gain >= MIN_HINT_GAIN
+                ):  # the app's rule (judging/teacher_answer.py)
                     items.append(TrainItem(
                         len(items), "t", p, t_resp, logprobs_of(model, p, t_resp, args.temperature),
                         args.temperature, 1.0, True, None, "x",

@@ -9,14 +9,24 @@ and aim for 7-8 hours of sleep." The trainer takes that answer as one more sampl
 turn, rewarded +1 beside the policy's own -1 (`TrainItem.demonstration`): the contrast of a
 good and a bad answer to the same prompt, in the policy's own words where they were fine.
 
-An answer is kept only when it ended on its own within the turn's answer budget and is not
-degenerate (`clawrl_app.degeneration`): a teacher that loops or runs on under the hint
-teaches nothing by example. Tool-calling turns get none (their answers are calls).
+An answer is kept only when it ended on its own within the turn's answer budget, is not
+degenerate (`clawrl_app.degeneration`), carries the hint and does not quote it:
+- *carries the hint*: the teacher's mean log-prob of its answer with the hint exceeds the
+  same model's without it by at least MIN_HINT_GAIN nats per token. A small model often
+  answers as if it had not read the hint ("Keep it to about a dozen words" and a 52-word
+  answer: gain -0.01); rewarding that answer +1 would teach the opposite of the request.
+  Measured on the embedded model (`bench/collapse.py` users, 24 prompts): answers that
+  follow the hint 0.32-0.91, those that ignore it -0.02-0.14;
+- *does not quote it*: no 3-word phrase of the hint ("Sure, here's a more concise version:
+  'Shorter, 25 words max.'": the teacher rewrote the correction instead of answering).
+Tool-calling turns get none (their answers are calls).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+import statistics
+from typing import TYPE_CHECKING, Any
 
 from clawrl_app.degeneration import score as form_of
 from clawrl_app.engine.backends.greedy import NoRoom, greedy_tokens
@@ -27,6 +37,20 @@ if TYPE_CHECKING:
     from clawrl_app.engine.backends.base import Backend
     from clawrl_app.engine.chat.formatter import ChatFormatter
     from clawrl_app.engine.store import TurnRow
+
+MIN_HINT_GAIN = 0.2
+"""Nats per token the hint must add to the teacher's log-prob of its own answer."""
+_WORD = re.compile(r"\w+(?:['’]\w+)*")
+
+
+def quotes(answer: str, hint: str, n: int = 3) -> bool:
+    """Whether `answer` repeats an `n`-word phrase of `hint` (case-insensitive)."""
+
+    def grams(text: str) -> set[tuple[str, ...]]:
+        words = [w.lower() for w in _WORD.findall(text)]
+        return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+    return bool(grams(answer) & grams(hint))
 
 
 async def teacher_answer(
@@ -39,20 +63,35 @@ async def teacher_answer(
 ) -> list[int] | None:
     """The teacher's greedy answer to the turn's prompt with `hint` (token ids, its end token
     included), at the budget the turn's request set (`default_tokens` when it set none);
-    None when it did not end on its own, is degenerate or empty, or the turn is not plain
-    chat."""
+    None when it did not end on its own, is degenerate or empty, quotes the hint or does
+    not carry it (module docstring), or the turn is not plain chat."""
     req = turn.request
     messages = req.get("messages") or []
     if req.get("tools") or not plain_chat(messages):
         return None
     budget = request_budget(req) or default_tokens
+    hinted = teacher_messages(messages, hint)
     try:
-        ids, reason = await greedy_tokens(
-            backend, formatter, version or "base", teacher_messages(messages, hint), budget
-        )
+        ids, reason = await greedy_tokens(backend, formatter, version or "base", hinted, budget)
     except NoRoom:
         return None
     text = formatter.decode(ids)
-    if reason != "stop" or not text.strip() or form_of(text).degenerate:
+    if reason != "stop" or not text.strip() or form_of(text).degenerate or quotes(text, hint):
         return None
-    return ids
+    gain = await hint_gain(backend, formatter, messages, hint, ids, version)
+    return ids if gain >= MIN_HINT_GAIN else None
+
+
+async def hint_gain(
+    backend: Backend,
+    formatter: ChatFormatter,
+    messages: list[dict[str, Any]],
+    hint: str,
+    ids: list[int],
+    version: str | None,
+) -> float:
+    """Mean log-prob per token of `ids` under the prompt with `hint` minus without it."""
+    hinted = formatter.render(teacher_messages(messages, hint))
+    with_hint = await backend.score(hinted, ids, version)
+    without = await backend.score(formatter.render(messages), ids, version)
+    return statistics.fmean(with_hint) - statistics.fmean(without)

@@ -10,6 +10,7 @@ embedded model makes the shown answer likelier and the policy's own disliked one
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -117,3 +118,56 @@ def test_a_batch_is_full_with_batch_size_samples_whatever_the_shown_answers(
     assert verdict == "train" and len(items) == 8
     assert sum(it.demonstration for it in items) == 4
     assert sorted({it.sample_id for it in items}) == sorted(ids)
+
+
+def test_an_answer_that_quotes_the_hint_is_no_answer() -> None:
+    """The teacher sometimes rewrites the correction instead of answering ("Sure, here's a
+    more concise version: 'Shorter, 25 words max.'"): a 3-word phrase of the hint, any case."""
+    from clawrl_app.engine.judging.teacher_answer import quotes
+
+    hint = "Shorter please, 25 words max."
+    assert quotes('Sure, here\'s a more concise version: "Shorter, 25 words MAX."', hint)
+    assert not quotes("To start running, just run.", hint)
+    assert not quotes("Use 25 words or fewer.", hint)  # two words in a row are not a quote
+
+
+@pytest.mark.slow
+def test_the_teacher_answer_must_carry_the_hint(
+    loaded_model: tuple[Any, Any], tmp_path: Path
+) -> None:
+    """Real model, torch backend, greedy. Reading "Too long. Please answer in at most 15
+    words." the base model answers photosynthesis in 10 words (kept); reading "That is a
+    lot of text. Keep it to about a dozen words, please." in 52, as without the hint
+    (measured gain -0.01 nats per token): dropped, or it would be rewarded +1 for length."""
+    import asyncio
+
+    from clawrl_app.engine.backends.pytorch.backend import TorchBackend
+    from clawrl_app.engine.judging.teacher_answer import hint_gain, teacher_answer
+    from clawrl_app.engine.store import NewTurn
+
+    model, tok = loaded_model
+    fmt = ChatFormatter(tok)
+    msgs = [{"role": "user", "content": "What is photosynthesis?"}]
+    with Store(tmp_path / "s.sqlite3") as store:
+        store.ensure_session("s", "api")
+        row = store.record_turn(NewTurn(
+            "s", "main", {"messages": msgs, "max_tokens": 64}, "a", [1], [2], [-0.1], "base"
+        ))  # fmt: skip
+    assert row is not None
+    brief = "Too long. Please answer in at most 15 words."
+    dozen = "That is a lot of text. Keep it to about a dozen words, please."
+
+    async def go() -> tuple[Any, Any, float]:
+        be = TorchBackend(model, tok, model_name="m", context_length=2048)
+        await be.start()
+        try:
+            kept = await teacher_answer(be, fmt, row, brief, None, 64)
+            dropped = await teacher_answer(be, fmt, row, dozen, None, 64)
+            gain = await hint_gain(be, fmt, msgs, brief, kept or [], None) if kept else 0.0
+            return kept, dropped, gain
+        finally:
+            await be.stop()
+
+    kept, dropped, gain = asyncio.run(go())
+    assert kept is not None and len(fmt.decode(kept).split()) <= 15 and gain >= 0.2
+    assert dropped is None
