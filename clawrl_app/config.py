@@ -167,7 +167,7 @@ class JudgeSettings(_Section):
     without it (0.25: three more of 12 prompts); see docs/learning.md for the figures."""
     teacher_check_max_tokens: int = Field(default=160, ge=1)
     """Longest answer of that check (each prompt at the budget its request set, at most this)."""
-    teacher_answers: bool = True
+    teacher_answers: bool = False
     """The teacher also answers each hinted turn (greedy); one that ends on its own and does
     not loop trains as a +1 sample of the turn beside the policy's own answer."""
     custom_reward_path: str | None = None
