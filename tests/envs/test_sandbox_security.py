@@ -110,7 +110,9 @@ def test_fork_bomb_and_timeout_are_contained(sandbox: Sandbox, tmp_path: Path) -
                     limits=ResourceLimits(wall_s=2, processes=64))  # fmt: skip
     done.set()
     watcher.join()
-    assert r.timed_out and time.monotonic() - t0 < 10
+    # it ends at the wall limit, or sooner when the cap is full as the outer shell forks its
+    # `sleep 60` (which of the two is a race): held either way, and never past the limit
+    assert (r.timed_out or "Cannot fork" in r.stderr) and time.monotonic() - t0 < 10
     assert peak[0] < before + 64 + 20  # the cap held: the host's pid table never fills up
     assert ours() <= before  # nothing of it is left on the host
     r = sandbox.run(["/bin/sleep", "60"], workspace=tmp_path, limits=ResourceLimits(wall_s=1))
