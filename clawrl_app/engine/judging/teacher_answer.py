@@ -24,10 +24,10 @@ Tool-calling turns get none (their answers are calls).
 
 from __future__ import annotations
 
-import re
 import statistics
 from typing import TYPE_CHECKING, Any
 
+from clawrl_app.degeneration import ngrams, words
 from clawrl_app.degeneration import score as form_of
 from clawrl_app.engine.backends.greedy import NoRoom, greedy_tokens
 from clawrl_app.engine.judging.prompts import teacher_messages
@@ -40,17 +40,11 @@ if TYPE_CHECKING:
 
 MIN_HINT_GAIN = 0.2
 """Nats per token the hint must add to the teacher's log-prob of its own answer."""
-_WORD = re.compile(r"\w+(?:['’]\w+)*")
 
 
 def quotes(answer: str, hint: str, n: int = 3) -> bool:
     """Whether `answer` repeats an `n`-word phrase of `hint` (case-insensitive)."""
-
-    def grams(text: str) -> set[tuple[str, ...]]:
-        words = [w.lower() for w in _WORD.findall(text)]
-        return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
-
-    return bool(grams(answer) & grams(hint))
+    return not set(ngrams(words(answer), n)).isdisjoint(ngrams(words(hint), n))
 
 
 async def teacher_answer(

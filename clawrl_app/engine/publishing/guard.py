@@ -174,6 +174,8 @@ class VersionScores:
     new_loops: float | None = None
     """Share of its answers (general check and the user's prompts) that are degenerate where
     the base model's answer to the same prompt is not (`new_loops`)."""
+    flags: tuple[bool, ...] = ()
+    """Per general-check answer: degenerate (empty when the scores were reused)."""
 
 
 @dataclass(frozen=True)
@@ -350,7 +352,7 @@ class RegressionGuard:
         self.open = prompts[: settings.open_prompts]
         self._base_lps: dict[int, float] = {}  # turn id -> the base model's mean log-prob
         self._base_form: dict[int, Degeneration] = {}  # turn id -> the base's answer's form
-        self._flags: dict[str, tuple[bool, ...]] = {}  # version -> its general answers' form
+        self._base_flags: tuple[bool, ...] | None = None  # the base's general answers' form
         self._offered = 0
         self.checked = 0
         self.refused = 0
@@ -479,15 +481,13 @@ class RegressionGuard:
             result = GeneralResult(general, None, degeneration, n, n + len(self.open))
         else:
             result = await self.general_score(version)
-            self._flags = {k: v for k, v in self._flags.items() if k == "base"}
-            self._flags[version] = result.flags
             values |= {GENERAL: result.general, DEGENERATION: result.degeneration}
         kept = {k: v for k, v in values.items() if v is not None}
         if kept:
             await asyncio.to_thread(self.store.add_metrics, step, kept, version)
         return VersionScores(
             version, personal, pn, result.general, result.questions, result.degeneration,
-            result.answers, result.facts_any_form,
+            result.answers, result.facts_any_form, flags=result.flags,
         )  # fmt: skip
 
     async def _base_general(self) -> tuple[float | None, float | None]:
@@ -497,19 +497,16 @@ class RegressionGuard:
         if stored is not None:
             return stored
         base = await self.scores("base", 0)
+        self._base_flags = base.flags or self._base_flags
         return base.general, base.degeneration
 
-    async def _base_flags(self) -> tuple[bool, ...]:
-        """Per general-check answer of the base model: degenerate (computed once)."""
-        if "base" not in self._flags:
-            self._flags["base"] = (await self.general_score("base")).flags
-        return self._flags["base"]
-
-    async def _new_loops(self, candidate: str, form: UserForm) -> float | None:
-        """`new_loops` over the candidate's general-check answers and its answers to the
-        user's prompts, each paired with the base model's answer to the same prompt."""
-        mine = self._flags.get(candidate, ())
-        base = await self._base_flags() if mine else ()
+    async def _new_loops(self, mine: tuple[bool, ...], form: UserForm) -> float | None:
+        """`new_loops` over the candidate's general-check answers (`mine`) and its answers to
+        the user's prompts, each paired with the base model's answer to the same prompt (the
+        base's general answers are answered once per guard)."""
+        if mine and self._base_flags is None:
+            self._base_flags = (await self.general_score("base")).flags
+        base = self._base_flags or ()
         if len(mine) != len(base):
             mine, base = (), ()
         return new_loops([*mine, *form.flags], [*base, *form.base_flags])
@@ -517,6 +514,8 @@ class RegressionGuard:
     async def check(self, candidate: str, served: str, step: int) -> GuardVerdict:
         """Score both versions and decide."""
         before = await self.scores(served, self._step_of(served), reuse=True)
+        if served == "base" and before.flags:  # answered just now: no need to ask again
+            self._base_flags = before.flags
         base_general, base_degeneration = before.general, before.degeneration
         if served != "base" and (self.general or self.open):
             base_general, base_degeneration = await self._base_general()
@@ -526,7 +525,7 @@ class RegressionGuard:
             after, user_degeneration=form.rate, base_user_degeneration=form.base_rate,
             user_n=form.n, user_repetition=form.repetition,
             base_user_repetition=form.base_repetition,
-            new_loops=await self._new_loops(candidate, form),
+            new_loops=await self._new_loops(after.flags, form),
         )  # fmt: skip
         verdict = decide(after, before, self.settings, base_general, base_degeneration)
         self.checked += 1
