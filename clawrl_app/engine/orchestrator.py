@@ -261,6 +261,7 @@ class Engine:
                 else None
             ),
             on_guard_refused=self._restart_trainer_from,
+            retreat_after=s.guard.retreat_after,
         )
         restored = await self.publisher.restore_served()
         if restored is not None:

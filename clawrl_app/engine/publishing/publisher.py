@@ -7,7 +7,8 @@ stalls because of this. A damaged checkpoint folder (manifest or weights) is ref
 before anything is loaded, with the reason logged; later checkpoints publish as usual.
 With a regression guard, a candidate that passed the canary is scored against the served
 version before it is activated, and refused when it regresses (`on_guard_refused` then lets
-the trainer go back to the served version).
+the trainer go back to the served version, at once or after `retreat_after` refusals in a
+row: until then the trainer goes on from the refused version, which is never served).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class Publisher:
         activity: ServingActivity | None = None,
         guard: RegressionGuard | None = None,
         on_guard_refused: Callable[[str], Awaitable[None]] | None = None,
+        retreat_after: int = 1,
     ) -> None:
         self.store = store
         self.state_file = state_file
@@ -88,7 +90,12 @@ class Publisher:
         """Raised while publishing, like an answer: a CPU-sharing trainer pauses meanwhile."""
         self.guard = guard
         self.on_guard_refused = on_guard_refused
-        """Called with the served version after the guard refused a candidate."""
+        """Called with the served version after the guard refused `retreat_after` candidates
+        in a row (the trainer goes back to it)."""
+        self.retreat_after = max(1, retreat_after)
+        self.refused_in_row = 0
+        """Guard refusals since the last version served or the trainer's last retreat."""
+        self._first_refused: str | None = None  # of those: the first (the others descend)
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
         self._paused = 0  # > 0: `run` publishes nothing (a rollback is under way)
@@ -161,9 +168,7 @@ class Publisher:
                         f"{name} not published: the regression guard found it worse than "
                         f"{previous}: {'; '.join(verdict.reasons)}",
                     )
-                    if self.on_guard_refused is not None:
-                        await self.on_guard_refused(previous)  # the trainer restarts
-                    self._refuse_built_on(name)
+                    await self._after_refusal(name, previous)
                     return False
             if not activated:
                 await self.backend.activate(name)
@@ -172,6 +177,7 @@ class Publisher:
             raise
         self.store.mark_published(name)
         self.served = name
+        self._reset_refusals()
         if self.state_file is not None:
             write_served(self.state_file, ServedState(name))
         self.published += 1
@@ -214,6 +220,29 @@ class Publisher:
             )
         )  # fmt: skip
         return verdict
+
+    async def _after_refusal(self, name: str, served: str) -> None:
+        """The guard refused `name`. The trainer goes back to the served version after
+        `retreat_after` refusals in a row; before that it trains on from `name` (never served),
+        and its next checkpoint is checked on its own merits: learning a new habit can pass
+        through a version that loops on the way to one that does not (bench/learn.py, tips25:
+        three steps past a refused first step answered 7 of 10 held-out questions briefly
+        without a loop)."""
+        self.refused_in_row += 1
+        first = self._first_refused = self._first_refused or name
+        if self.refused_in_row < self.retreat_after:
+            log.info(
+                "the trainer goes on from %s (refusal %d of %d before it goes back to %s)",
+                name, self.refused_in_row, self.retreat_after, served,
+            )  # fmt: skip
+            return
+        self._reset_refusals()
+        if self.on_guard_refused is not None:
+            await self.on_guard_refused(served)  # the trainer restarts
+        self._refuse_built_on(first)
+
+    def _reset_refusals(self) -> None:
+        self.refused_in_row, self._first_refused = 0, None
 
     def _refuse(self, name: str, reason: str, gap: float | None = None) -> None:
         """Mark `name` refused (never tried again) and say so everywhere: the log, the status,
@@ -324,6 +353,7 @@ class Publisher:
             since = time.time()
             previous = await self.serve_version(version)
             await restart_trainer()
+            self._reset_refusals()
             for name in sorted(left_behind(self.store.list_checkpoints(), version, since)):
                 self._refuse(name, f"{name} not published: the user went back to {version}")
         finally:
@@ -363,6 +393,8 @@ class Publisher:
         return {
             "published": self.published,
             "refused": self.refused,
+            "refused_in_row": self.refused_in_row,
+            "retreat_after": self.retreat_after,
             "last_error": self.last_error,
             "version": self.backend.active_version,
             "last_publish_s": self.last_publish_s,

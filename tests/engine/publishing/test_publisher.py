@@ -156,14 +156,14 @@ def test_a_refused_publish_is_logged_with_its_numbers_and_shown_by_doctor(
 class RefusingGuard:
     """Stand-in for the regression guard (its scoring needs a model): refuses `bad`."""
 
-    def __init__(self, bad: str) -> None:
-        self.bad = bad
+    def __init__(self, *bad: str) -> None:
+        self.bad = set(bad)
         self.last_error: str | None = None
 
     async def check(self, name: str, served: str, step: int) -> Any:
         from clawrl_app.engine.publishing.guard import GuardVerdict, VersionScores
 
-        ok = name != self.bad
+        ok = name not in self.bad
         return GuardVerdict(
             VersionScores(name, general=0.7 if ok else 0.3, general_n=40),
             VersionScores(served, general=0.6, general_n=40),
@@ -219,6 +219,49 @@ def test_checkpoints_built_on_a_guard_refused_version_are_never_published(
         status = {r.version: r.status for r in store.list_checkpoints()}
         assert status == {"v1": "published", "v2": "refused", "v3": "refused", "v4": "published"}
         assert be.active == "v4"
+
+
+def test_the_trainer_goes_on_past_a_refused_version_until_retreat_after_in_a_row(
+    tmp_path: Path,
+) -> None:
+    """retreat_after=3: v1 (a first step that loops, say) is refused and never served, but
+    the trainer is not sent back: it trains on from v1, and v2 on top of it passes and is
+    served. Later v3 and v4 (descending from v2) and v5 are refused: at the third refusal in
+    a row the trainer goes back to v2, and v6, ready on top of v3 (an older step than v5's
+    but a descendant of the first refused), is refused with them, never published."""
+    with Store(tmp_path / "s.sqlite3") as store:
+        be = ServedOnlyScoring()
+        restarts: list[str] = []
+
+        async def trainer_restarts(served: str) -> None:
+            restarts.append(served)
+
+        pub = Publisher(
+            store,
+            be,  # type: ignore[arg-type]
+            guard=RefusingGuard("v1", "v3", "v4", "v5"),  # type: ignore[arg-type]
+            on_guard_refused=trainer_restarts,
+            retreat_after=3,
+        )
+
+        async def go() -> list[bool]:
+            done = [await pub.publish(lineage(tmp_path, store, "v1", None, 1))]
+            assert (pub.refused_in_row, restarts, be.active) == (1, [], "base")
+            done.append(await pub.publish(lineage(tmp_path, store, "v2", "v1", 2)))
+            assert pub.refused_in_row == 0 and be.active == "v2"
+            done.append(await pub.publish(lineage(tmp_path, store, "v3", "v2", 3)))
+            done.append(await pub.publish(lineage(tmp_path, store, "v4", "v3", 4)))
+            lineage(tmp_path, store, "v6", "v3", 4)  # another branch on top of v3
+            assert restarts == [] and pub.status()["refused_in_row"] == 2
+            done.append(await pub.publish(lineage(tmp_path, store, "v5", "v4", 5)))
+            return done
+
+        assert asyncio.run(go()) == [False, True, False, False, False]
+        assert restarts == ["v2"] and pub.refused_in_row == 0 and be.active == "v2"
+        status = {r.version: r.status for r in store.list_checkpoints()}
+        assert status == {"v1": "refused", "v2": "published", "v3": "refused",
+                          "v4": "refused", "v5": "refused", "v6": "refused"}  # fmt: skip
+        assert pub.newest_ready() is None
 
 
 def test_descendants_follow_parents_and_survive_cycles() -> None:
