@@ -216,7 +216,8 @@ class TrainSettings(_Section):
     """CPU-only machines: a training step pauses while the endpoint answers, at most this
     many seconds per step (0 = never pause; the step then competes with chat for the cores)."""
     max_staleness: int = 8
-    """Skip samples produced by a policy more than this many versions older than the trainer's."""
+    """Skip samples answered by a policy more than this many training steps behind the
+    trainer's weights (versions refused or left behind do not count)."""
     baseline: Literal["ema", "batch_mean", "none"] = "batch_mean"
     """Reward baseline for binary RL: batch_mean (a batch of equal rewards does not push),
     ema (a moving mean of past rewards) or none (upstream's A = r)."""

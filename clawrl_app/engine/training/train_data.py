@@ -1,7 +1,7 @@
 """From eligible store samples to training items (pure selection rules, no torch).
 
 A sample is used at most once; it is skipped, with the reason recorded, when its policy
-version is more than `max_staleness` versions old, when it carries no signal the method
+version is more than `max_staleness` training steps old, when it carries no signal the method
 can use (reward 0 for `rl`, no teacher log-probs for `opd`), or when its arrays do not
 line up. The combine rule (REFERENCE §6): hint + r != 0 -> both signals; hint only -> OPD
 only; r != 0 only -> RL only; neither -> no sample.
@@ -10,14 +10,13 @@ only; r != 0 only -> RL only; neither -> no sample.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from clawrl_app.engine.chat.openai_schema import ApiError
 from clawrl_app.engine.chat.temperature import logprob_temperature
 from clawrl_app.engine.chat.tool_constraint import forced_call_schema
-from clawrl_app.engine.core.checkpoints import version_number
 from clawrl_app.engine.store import ENV_SOURCE_PREFIX, JudgmentRow, SampleRow, TurnRow
 from clawrl_app.engine.training.config import TOPK_METHODS
 from clawrl_app.engine.training.losses import needs_reward, needs_teacher
@@ -76,21 +75,30 @@ class Skip:
     reason: str
 
 
+def policy_age(trainer_step: int, policy_version: str, steps: Mapping[str, int]) -> int:
+    """How many optimizer steps the trainer's weights are past the policy that answered:
+    its step minus that version's (`steps`: version -> its checkpoint's step; the base model
+    and an unknown version are step 0). Counted in the trainer's own steps, not in version
+    numbers: versions the guard refused, or that a retreat left behind, are numbered but
+    the trainer never built on them; while the base keeps serving past several refusals,
+    its answers are as fresh as the trainer's lineage is long (never below 0)."""
+    return max(0, trainer_step - steps.get(policy_version, 0))
+
+
 def build_item(
     sample: SampleRow,
     turn: TurnRow,
     judgment: JudgmentRow,
     method: str,
-    newest_version: int,
+    age: int,
     max_staleness: int,
 ) -> TrainItem | Skip:
-    """The item for one sample under `method`, or why it is skipped; `newest_version` is
-    the number of the newest checkpoint (versions are numbered v1, v2, ...; base = 0)."""
-    age = newest_version - version_number(turn.policy_version)
+    """The item for one sample under `method`, or why it is skipped; `age` is the
+    answering policy's age in trainer steps (`policy_age`)."""
     if age > max_staleness:
         return Skip(
             sample.id,
-            f"stale: policy {turn.policy_version} is {age} versions old "
+            f"stale: policy {turn.policy_version} is {age} training steps old "
             f"(train.max_staleness = {max_staleness})",
         )
     if turn.redacted:  # stored without ids (a user rating can revive its sample)

@@ -30,7 +30,6 @@ from clawrl_app.engine.core.checkpoints import (
     clean_temp,
     clean_unregistered,
     next_version,
-    version_number,
     write_checkpoint,
 )
 from clawrl_app.engine.core.cpu_share import BusyFlag, PauseBudget, wait_while_busy
@@ -74,6 +73,7 @@ from clawrl_app.engine.training.train_data import (
     build_item,
     demonstration_item,
     micro_batches,
+    policy_age,
     teaches,
 )
 
@@ -274,15 +274,14 @@ class Trainer:
         items: list[TrainItem] = []
         shown: list[TrainItem] = []  # the teacher's answers to the same prompts
         store, method = self._main_store(), self.cfg.method
-        newest = max((version_number(c.version) for c in store.list_checkpoints()), default=0)
-        rows = store.trainable_samples(
-            self.cfg.batch_size * 4, approved_only=self.cfg.approved_only
-        )
-        for sample in rows:
+        steps = {c.version: c.step for c in store.list_checkpoints()}
+        cap, approved = self.cfg.batch_size * 4, self.cfg.approved_only
+        for sample in store.trainable_samples(cap, approved_only=approved):
             turn, judgment = store.get_turn(sample.turn_id), store.get_judgment(sample.id)
             if turn is None or judgment is None:
                 continue
-            got = build_item(sample, turn, judgment, method, newest, self.cfg.max_staleness)
+            age = policy_age(self.step, turn.policy_version, steps)
+            got = build_item(sample, turn, judgment, method, age, self.cfg.max_staleness)
             if isinstance(got, Skip):
                 store.set_sample_state(got.sample_id, "skipped", got.reason)
                 continue
