@@ -182,6 +182,26 @@ def lineage(tmp: Path, store: Store, version: str, parent: str | None, step: int
     return checkpoint(tmp, store, version, -0.5, parent, step)
 
 
+def guarded(
+    store: Store, bad: list[str], retreat_after: int = 1
+) -> tuple[Publisher, ServedOnlyScoring, list[str]]:
+    """A publisher whose guard refuses `bad`; the list records where the trainer was sent."""
+    be = ServedOnlyScoring()
+    restarts: list[str] = []
+
+    async def trainer_restarts(served: str) -> None:
+        restarts.append(served)
+
+    pub = Publisher(
+        store,
+        be,  # type: ignore[arg-type]
+        guard=RefusingGuard(*bad),  # type: ignore[arg-type]
+        on_guard_refused=trainer_restarts,
+        retreat_after=retreat_after,
+    )
+    return pub, be, restarts
+
+
 def test_checkpoints_built_on_a_guard_refused_version_are_never_published(
     tmp_path: Path,
 ) -> None:
@@ -191,18 +211,7 @@ def test_checkpoints_built_on_a_guard_refused_version_are_never_published(
     the trainer's new branch is left behind (seen in bench/learn.py: v5 of a refused branch
     was published, then every new checkpoint stayed `ready` forever)."""
     with Store(tmp_path / "s.sqlite3") as store:
-        be = ServedOnlyScoring()
-        restarts: list[str] = []
-
-        async def trainer_restarts(served: str) -> None:
-            restarts.append(served)
-
-        pub = Publisher(
-            store,
-            be,  # type: ignore[arg-type]
-            guard=RefusingGuard("v2"),  # type: ignore[arg-type]
-            on_guard_refused=trainer_restarts,
-        )
+        pub, be, restarts = guarded(store, ["v2"])
 
         async def go() -> Any:
             assert await pub.publish(lineage(tmp_path, store, "v1", None, 1))
@@ -230,19 +239,7 @@ def test_the_trainer_goes_on_past_a_refused_version_until_retreat_after_in_a_row
     a row the trainer goes back to v2, and v6, ready on top of v3 (an older step than v5's
     but a descendant of the first refused), is refused with them, never published."""
     with Store(tmp_path / "s.sqlite3") as store:
-        be = ServedOnlyScoring()
-        restarts: list[str] = []
-
-        async def trainer_restarts(served: str) -> None:
-            restarts.append(served)
-
-        pub = Publisher(
-            store,
-            be,  # type: ignore[arg-type]
-            guard=RefusingGuard("v1", "v3", "v4", "v5"),  # type: ignore[arg-type]
-            on_guard_refused=trainer_restarts,
-            retreat_after=3,
-        )
+        pub, be, restarts = guarded(store, ["v1", "v3", "v4", "v5"], retreat_after=3)
 
         async def go() -> list[bool]:
             done = [await pub.publish(lineage(tmp_path, store, "v1", None, 1))]
