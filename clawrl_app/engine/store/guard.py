@@ -34,7 +34,7 @@ HELD_OUT_SQL = (
 
 USER_PROMPTS_SQL = (
     "SELECT t.id, t.request_json FROM turns t JOIN sessions ss ON ss.id = t.session_id "
-    "WHERE t.type = 'main' AND t.redacted = 0 AND t.prompt_tokens <= ? "
+    "LEFT JOIN samples s ON s.turn_id = t.id WHERE t.type = 'main' AND t.redacted = 0 AND t.prompt_tokens <= ? "
     "AND ss.review_state != 'excluded' AND ss.source NOT LIKE ? ORDER BY {order} LIMIT ?"
 )
 
@@ -104,9 +104,12 @@ class GuardMixin(StoreBase):
         first, each conversation once, at most `limit`: plain text messages only (no tool
         calls), prompts of at most `max_prompt_tokens`, no env or excluded sessions; each
         with the answer budget its request asked for. `held_out_first`: the held-out turns
-        (never trained on) before the others, newest first within each. `min_budget`: leave
+        (never trained on) first, then those the trainer has not trained on (yet, or
+        skipped), then the trained ones, newest first within each: a version fitted to the
+        prompts it trained on loops on new ones (brevity/tips25's v2 looped on 3 of 10
+        held-out questions and on none of 12 prompts, 10 of them its newest turns). `min_budget`: leave
         out requests that allowed fewer answer tokens (one that set none is kept)."""
-        order = "t.holdout DESC, t.id DESC" if held_out_first else "t.id DESC"
+        order = "t.holdout DESC, s.state IS 'trained', t.id DESC" if held_out_first else "t.id DESC"
         sql = USER_PROMPTS_SQL.format(order=order)
         out: list[UserPrompt] = []
         seen: set[str] = set()

@@ -223,6 +223,13 @@ def test_user_prompts_are_the_newest_plain_distinct_conversations(tmp_path: Path
         assert short_too[0].max_tokens == 8
         got = store.user_prompts(8, 4096, held_out_first=True, min_budget=32)
         assert [p.turn_id for p in got] == [d, d + 1, b, c, a + 1]
+        # after the held-out ones, the prompts never trained on come before trained ones
+        for tid, state in ((d + 1, "trained"), (b, "judged"), (c, "trained")):
+            sample = store.create_sample(tid, "chat", "user", "ok")
+            assert sample is not None and store.set_sample_state(sample, state)
+        got = store.user_prompts(8, 4096, held_out_first=True, min_budget=32)
+        assert [p.turn_id for p in got] == [d, b, a + 1, d + 1, c]
+        assert [p.turn_id for p in store.user_prompts(3, 4096)] == [d + 2, d + 1, d]  # newest
 
 
 def test_facts_on_degenerate_answers_count_as_wrong() -> None:
