@@ -301,14 +301,21 @@ def curve_title(name: str) -> str:
 
 def guard_banner(status: dict[str, Any]) -> str:
     """The regression guard's last verdict when it refused a version (else empty)."""
-    guard = (status.get("publishing") or {}).get("guard") or {}
-    last = guard.get("last")
+    publishing = status.get("publishing") or {}
+    last = (publishing.get("guard") or {}).get("last")
     if not last or last.get("passed", True):
         return ""
     why = "; ".join(last.get("reasons") or [])
+    in_row, retreat = publishing.get("refused_in_row") or 0, publishing.get("retreat_after")
+    then = (
+        f"Training goes on from it (refusal {in_row} of {retreat} in a row before it goes "
+        f"back to {last['served']})."
+        if in_row and retreat
+        else f"Training went back to {last['served']}."
+    )
     return (
         f"⚠ {last['candidate']} refused by the regression guard, {last['served']} still served: "
-        f"{why}. Training went back to {last['served']}."
+        f"{why}. {then}"
     )
 
 

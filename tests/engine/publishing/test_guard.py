@@ -326,7 +326,12 @@ def test_the_dashboard_banner_shows_only_a_refusal() -> None:
     text = guard_banner(status({"candidate": "v3", "served": "v2", "passed": False,
                                 "reasons": ["general score 0.45 < 0.60 - 0.05"]}))  # fmt: skip
     assert "v3 refused by the regression guard, v2 still served" in text
-    assert "general score 0.45" in text and "back to v2" in text
+    assert "general score 0.45" in text and "Training went back to v2." in text
+    going_on = status({"candidate": "v3", "served": "v2", "passed": False, "reasons": ["x"]})
+    going_on["publishing"].update(refused_in_row=1, retreat_after=3)  # type: ignore[attr-defined]
+    assert guard_banner(going_on).endswith(
+        "x. Training goes on from it (refusal 1 of 3 in a row before it goes back to v2)."
+    )
     assert curve_title("guard/general").startswith("general score") and curve_title("kl") == "kl"
     assert curve_title("guard/degeneration").startswith("degeneration rate")
 
