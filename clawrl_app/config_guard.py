@@ -57,10 +57,10 @@ class GuardSettings(_Section):
     repeated phrases per answer): a drift toward loops, seen before answers loop outright."""
     user_form_items: int = Field(default=12, ge=0)
     """Also answer your prompts (this many: the held-out turns, never trained on, first, then
-    the newest; greedy, at most `open_max_tokens` long) and hold their degeneration rate to
-    the base model's on the same prompts, with the same margin:
-    a version can loop on your kind of request while the shipped open prompts look fine
-    (0 = off; it decides from USER_FORM_MIN prompts on)."""
+    the newest the trainer has not trained on, then the newest trained ones; greedy, at most
+    `open_max_tokens` long) and hold their degeneration rate to the base model's on the
+    same prompts, with the same margin: a version can loop on your kind of request while
+    the shipped open prompts look fine (0 = off; it decides from USER_FORM_MIN prompts on)."""
     user_form_min_tokens: int = Field(default=32, ge=0)
     """Leave out of that check requests that allowed fewer answer tokens: a few-word reply
     cannot loop, and such follow-ups would take the places of the prompts that can."""

@@ -93,15 +93,20 @@ class Publisher:
         """Called with the served version after the guard refused `retreat_after` candidates
         in a row (the trainer goes back to it)."""
         self.retreat_after = max(1, retreat_after)
-        self.refused_in_row = 0
-        """Guard refusals since the last version served or the trainer's last retreat."""
-        self._first_refused: str | None = None  # of those: the first (the others descend)
+        self._refused_run: list[str] = []
+        """Versions the guard refused since the last one served or the trainer's last retreat
+        (the first one's descendants include the others)."""
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
         self._paused = 0  # > 0: `run` publishes nothing (a rollback is under way)
 
     def poke(self) -> None:
         self._wake.set()
+
+    @property
+    def refused_in_row(self) -> int:
+        """Guard refusals in a row (see `_refused_run`)."""
+        return len(self._refused_run)
 
     async def publish(self, row: CheckpointRow, check: bool = True) -> bool:
         """Load, check and activate one checkpoint; False when refused. The publish lock is
@@ -177,7 +182,7 @@ class Publisher:
             raise
         self.store.mark_published(name)
         self.served = name
-        self._reset_refusals()
+        self._refused_run.clear()
         if self.state_file is not None:
             write_served(self.state_file, ServedState(name))
         self.published += 1
@@ -228,21 +233,18 @@ class Publisher:
         through a version that loops on the way to one that does not (bench/learn.py, tips25:
         three steps past a refused first step answered 7 of 10 held-out questions briefly
         without a loop)."""
-        self.refused_in_row += 1
-        first = self._first_refused = self._first_refused or name
+        self._refused_run.append(name)
         if self.refused_in_row < self.retreat_after:
             log.info(
                 "the trainer goes on from %s (refusal %d of %d before it goes back to %s)",
                 name, self.refused_in_row, self.retreat_after, served,
             )  # fmt: skip
             return
-        self._reset_refusals()
+        first = self._refused_run[0]
+        self._refused_run.clear()
         if self.on_guard_refused is not None:
             await self.on_guard_refused(served)  # the trainer restarts
         self._refuse_built_on(first)
-
-    def _reset_refusals(self) -> None:
-        self.refused_in_row, self._first_refused = 0, None
 
     def _refuse(self, name: str, reason: str, gap: float | None = None) -> None:
         """Mark `name` refused (never tried again) and say so everywhere: the log, the status,
@@ -353,7 +355,7 @@ class Publisher:
             since = time.time()
             previous = await self.serve_version(version)
             await restart_trainer()
-            self._reset_refusals()
+            self._refused_run.clear()
             for name in sorted(left_behind(self.store.list_checkpoints(), version, since)):
                 self._refuse(name, f"{name} not published: the user went back to {version}")
         finally:

@@ -34,7 +34,8 @@ HELD_OUT_SQL = (
 
 USER_PROMPTS_SQL = (
     "SELECT t.id, t.request_json FROM turns t JOIN sessions ss ON ss.id = t.session_id "
-    "LEFT JOIN samples s ON s.turn_id = t.id WHERE t.type = 'main' AND t.redacted = 0 AND t.prompt_tokens <= ? "
+    "LEFT JOIN samples s ON s.turn_id = t.id "
+    "WHERE t.type = 'main' AND t.redacted = 0 AND t.prompt_tokens <= ? "
     "AND ss.review_state != 'excluded' AND ss.source NOT LIKE ? ORDER BY {order} LIMIT ?"
 )
 
@@ -107,9 +108,11 @@ class GuardMixin(StoreBase):
         (never trained on) first, then those the trainer has not trained on (yet, or
         skipped), then the trained ones, newest first within each: a version fitted to the
         prompts it trained on loops on new ones (brevity/tips25's v2 looped on 3 of 10
-        held-out questions and on none of 12 prompts, 10 of them its newest turns). `min_budget`: leave
-        out requests that allowed fewer answer tokens (one that set none is kept)."""
-        order = "t.holdout DESC, s.state IS 'trained', t.id DESC" if held_out_first else "t.id DESC"
+        held-out questions and on none of 12 prompts, 10 of them its newest turns).
+        `min_budget`: leave out requests that allowed fewer answer tokens (one that set none
+        is kept)."""
+        unseen_first = "t.holdout DESC, s.state IS 'trained', t.id DESC"
+        order = unseen_first if held_out_first else "t.id DESC"
         sql = USER_PROMPTS_SQL.format(order=order)
         out: list[UserPrompt] = []
         seen: set[str] = set()
