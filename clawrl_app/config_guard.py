@@ -61,6 +61,11 @@ class GuardSettings(_Section):
     `open_max_tokens` long) and hold their degeneration rate to the base model's on the
     same prompts, with the same margin: a version can loop on your kind of request while
     the shipped open prompts look fine (0 = off; it decides from USER_FORM_MIN prompts on)."""
+    user_form_confirm: bool = True
+    """When that check refuses on the strength of one answer alone (with that prompt left
+    out it would pass), ask your next `user_form_items` prompts too and decide on all the
+    answers together: one loop in 12 answers befalls harmless versions as often as looping
+    ones (false: one answer decides)."""
     user_form_min_tokens: int = Field(default=32, ge=0)
     """Leave out of that check requests that allowed fewer answer tokens: a few-word reply
     cannot loop, and such follow-ups would take the places of the prompts that can."""

@@ -35,6 +35,12 @@ from typing import TYPE_CHECKING, Any
 from clawrl_app.degeneration import Degeneration
 from clawrl_app.degeneration import score as form_of
 from clawrl_app.engine.publishing.compare import answer
+from clawrl_app.engine.publishing.user_form import (
+    EPS,
+    USER_FORM_MIN,
+    UserForm,
+    rests_on_one_answer,
+)
 from clawrl_app.engine.store.guard import DEGENERATION, GENERAL, PERSONAL, UserPrompt
 from clawrl_app.general_eval import (
     GeneralItem,
@@ -52,9 +58,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("clawrl.guard")
 TIE = 1e-4  # nats per token: a smaller change is no preference either way
-EPS = 1e-9  # rates are k/n: a rise of exactly the allowed margin is allowed
 RECENT = 5  # verdicts kept for the status (the Dashboard's and the admin API's table)
-USER_FORM_MIN = 4  # fewest of the user's own prompts for their degeneration rate to decide
 
 
 def preference_agreement(deltas: Sequence[float], rewards: Sequence[float]) -> float:
@@ -119,32 +123,6 @@ def _fig(x: float | None) -> str:
 
 
 @dataclass(frozen=True)
-class UserForm:
-    """A version's and the base model's form on the user's newest prompts (None: not
-    measured, too few prompts)."""
-
-    rate: float | None = None
-    base_rate: float | None = None
-    repetition: float | None = None
-    base_repetition: float | None = None
-    n: int = 0
-    flags: tuple[bool, ...] = ()
-    base_flags: tuple[bool, ...] = ()
-    """Per prompt: the version's answer / the base's is degenerate."""
-
-    @staticmethod
-    def of(mine: Sequence[Degeneration], base: Sequence[Degeneration]) -> UserForm:
-        """The shares and means of paired answers (same prompts, same order)."""
-        n = len(mine)
-        flags, base_flags = tuple(f.degenerate for f in mine), tuple(f.degenerate for f in base)
-        return UserForm(
-            sum(flags) / n, sum(base_flags) / n,
-            sum(f.repeated_share for f in mine) / n, sum(f.repeated_share for f in base) / n, n,
-            flags, base_flags,
-        )  # fmt: skip
-
-
-@dataclass(frozen=True)
 class VersionScores:
     """One version's scores; None where the set was empty (nothing to score)."""
 
@@ -171,6 +149,9 @@ class VersionScores:
     a drift toward loops shows here before single answers turn degenerate."""
     base_user_repetition: float | None = None
     """The base model's mean on the same prompts."""
+    user_confirmed: bool = False
+    """A refusal resting on one of those answers was confirmed on the next prompts (the
+    figures are of both sets together)."""
     new_loops: float | None = None
     """Share of its answers (general check and the user's prompts) that are degenerate where
     the base model's answer to the same prompt is not (`new_loops`)."""
@@ -206,7 +187,8 @@ class GuardVerdict:
         mine = (
             f"; on your prompts {_fig(c.user_degeneration)} vs base "
             f"{_fig(c.base_user_degeneration)}, repeats {_fig(c.user_repetition)} vs "
-            f"{_fig(c.base_user_repetition)} ({c.user_n} prompts)"
+            f"{_fig(c.base_user_repetition)} ({c.user_n} prompts"
+            f"{', confirmed' if c.user_confirmed else ''})"
             if c.user_n
             else ""
         )
@@ -239,6 +221,7 @@ class GuardVerdict:
             "user_degeneration": c.user_degeneration,
             "base_user_degeneration": c.base_user_degeneration,
             "user_prompts": c.user_n,
+            "user_confirmed": c.user_confirmed,
             "user_repetition": c.user_repetition,
             "base_user_repetition": c.base_user_repetition,
             "new_loops": c.new_loops,
@@ -416,15 +399,16 @@ class RegressionGuard:
         facts, opens = await self.general_answers(version)
         return score_general(self.general, facts, opens)
 
-    async def user_form(self, version: str) -> UserForm:
+    async def user_form(self, version: str, skip: int = 0) -> UserForm:
         """`version`'s and the base model's form on the user's prompts (held-out turns first,
-        then the newest) answered greedily, each at the answer budget the user's request set
-        (at most `open_max_tokens`: a loop shows by then; `open_max_tokens` when it set none):
-        their degeneration rates and mean repeated-phrase shares; None when off or too few
-        prompts. A loop the user would see within their budget counts; one only a longer
-        answer reaches does not (the base model itself loops on many prompts at 160 tokens,
-        which would hide every change). The base's answers are kept per turn (they never
-        change)."""
+        then the newest the trainer has not trained on, then the newest trained; `skip`: the
+        next ones after that many) answered greedily, each at the answer budget the user's
+        request set (at most `open_max_tokens`: a loop shows by then; `open_max_tokens` when
+        it set none): their degeneration rates and mean repeated-phrase shares; empty when
+        off or too few prompts. A loop the user would see within their budget counts; one
+        only a longer answer reaches does not (the base model itself loops on many prompts
+        at 160 tokens, which would hide every change). The base's answers are kept per turn
+        (they never change)."""
         n = self.settings.user_form_items
         cap = self.settings.open_max_tokens
         room = self.backend.info().context_length - cap
@@ -434,15 +418,15 @@ class RegressionGuard:
         prompts = (
             await asyncio.to_thread(
                 self.store.user_prompts,
-                n,
+                n + skip,
                 room,
                 held_out_first=True,
                 min_budget=self.settings.user_form_min_tokens,
             )
             if n
             else []
-        )
-        if len(prompts) < USER_FORM_MIN:
+        )[skip:]
+        if len(prompts) < (USER_FORM_MIN if not skip else 1):
             return UserForm(n=len(prompts))
 
         def budget(p: UserPrompt) -> int:
@@ -458,6 +442,18 @@ class RegressionGuard:
             *[answer(self.backend, self.formatter, version, p.messages, budget(p)) for p in prompts]
         )
         return UserForm.of([form_of(text) for text in mine], [await base_form(p) for p in prompts])
+
+    async def confirmed_user_form(self, version: str, form: UserForm) -> UserForm:
+        """`form`, or, when a rule on the user's prompts refuses on the strength of one
+        answer alone (`user_form.rests_on_one_answer`) and `user_form_confirm` is on, `form`
+        and the next `user_form_items` prompts' answers together (`form` as it is when there
+        are no more prompts)."""
+        if not self.settings.user_form_confirm or not rests_on_one_answer(form, self.settings):
+            return form
+        more = await self.user_form(version, skip=form.n)
+        log.info("guard: %s's refusal on your prompts rests on one answer; %d more asked",
+                 version, more.n)  # fmt: skip
+        return form.pooled(more) if more.n else form
 
     def _stored_general(self, version: str) -> tuple[float | None, float | None] | None:
         """The general score and degeneration rate stored for `version` before; None unless
@@ -521,13 +517,25 @@ class RegressionGuard:
             base_general, base_degeneration = await self._base_general()
         after = await self.scores(candidate, step)
         form = await self.user_form(candidate)
-        after = replace(
-            after, user_degeneration=form.rate, base_user_degeneration=form.base_rate,
-            user_n=form.n, user_repetition=form.repetition,
-            base_user_repetition=form.base_repetition,
-            new_loops=await self._new_loops(after.flags, form),
-        )  # fmt: skip
-        verdict = decide(after, before, self.settings, base_general, base_degeneration)
+        general_flags = after.flags
+
+        async def verdict_on(form: UserForm) -> GuardVerdict:
+            scores = replace(
+                after, user_degeneration=form.rate, base_user_degeneration=form.base_rate,
+                user_n=form.n, user_repetition=form.repetition,
+                base_user_repetition=form.base_repetition, user_confirmed=form.confirmed,
+                new_loops=await self._new_loops(general_flags, form),
+            )  # fmt: skip
+            return decide(scores, before, self.settings, base_general, base_degeneration)
+
+        verdict = await verdict_on(form)
+        # refused by the rules on the user's prompts alone (the others pass without them)?
+        others = decide(replace(verdict.candidate, user_n=0), before, self.settings,
+                        base_general, base_degeneration)  # fmt: skip
+        if not verdict.passed and others.passed:
+            confirmed = await self.confirmed_user_form(candidate, form)
+            if confirmed is not form:
+                verdict = await verdict_on(confirmed)
         self.checked += 1
         self.refused += not verdict.passed
         self.last = verdict

@@ -1,0 +1,132 @@
+"""The guard's form check on the user's own prompts: pure data and rules (no engine).
+
+A version answers the user's prompts (held-out ones first) greedily at the budget each
+request set, and so does the base model; `UserForm` pairs the two per prompt. The guard
+holds the version's degeneration rate and its mean share of repeated phrases on these
+prompts to the base's (`guard.decide`).
+
+On 12 prompts one answer is 0.08 of the rate, more than the 0.05 margin: a version that
+loops on a single prompt the base did not is refused by one answer. That happens to
+harmless versions as often as to looping ones (bench/results, 2026-11-27/28: brevity/dozen's
+v2, v3 and v4, no degenerate held-out answer, and brevity/tips25's v1 and v2, 2-3 of 10
+held-out answers degenerate, were each refused by one loop on 12 prompts), and each false
+refusal of a version that was learning held the user's training back. So a refusal that
+rests on one answer alone (`rests_on_one_answer`: with that prompt left out the rule
+passes) is confirmed on the next prompts before it stands (`guard.user_form_confirm`): the
+verdict is taken again on both sets of answers together (`UserForm.pooled`); a second loop
+in the next 12 keeps the refusal, none lets the version through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from clawrl_app.degeneration import Degeneration
+
+if TYPE_CHECKING:
+    from clawrl_app.config import GuardSettings
+
+EPS = 1e-9  # rates are k/n: a rise of exactly the allowed margin is allowed
+USER_FORM_MIN = 4  # fewest of the user's own prompts for their degeneration rate to decide
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+@dataclass(frozen=True)
+class UserForm:
+    """A version's and the base model's form on the user's prompts, paired per prompt (None:
+    not measured, too few prompts)."""
+
+    rate: float | None = None
+    base_rate: float | None = None
+    repetition: float | None = None
+    base_repetition: float | None = None
+    n: int = 0
+    flags: tuple[bool, ...] = ()
+    base_flags: tuple[bool, ...] = ()
+    """Per prompt: the version's answer / the base's is degenerate."""
+    shares: tuple[float, ...] = ()
+    base_shares: tuple[float, ...] = ()
+    """Per prompt: the share of repeated 3-word phrases in the version's / the base's answer."""
+    confirmed: bool = False
+    """The next prompts were asked too (a refusal resting on one answer was confirmed)."""
+
+    @staticmethod
+    def of(mine: Sequence[Degeneration], base: Sequence[Degeneration]) -> UserForm:
+        """The shares and means of paired answers (same prompts, same order)."""
+        if len(mine) != len(base):
+            raise ValueError(f"{len(mine)} answers but {len(base)} of the base's")
+        return UserForm.from_pairs(
+            tuple(f.degenerate for f in mine), tuple(f.degenerate for f in base),
+            tuple(f.repeated_share for f in mine), tuple(f.repeated_share for f in base),
+        )  # fmt: skip
+
+    @staticmethod
+    def from_pairs(
+        flags: tuple[bool, ...],
+        base_flags: tuple[bool, ...],
+        shares: tuple[float, ...],
+        base_shares: tuple[float, ...],
+        confirmed: bool = False,
+    ) -> UserForm:
+        """Rates and means of per-prompt flags and repeated shares (paired, same order)."""
+        n = len(flags)
+        if not n:
+            return UserForm()
+        return UserForm(
+            _mean([float(f) for f in flags]), _mean([float(f) for f in base_flags]),
+            _mean(shares), _mean(base_shares), n,
+            flags, base_flags, shares, base_shares, confirmed,
+        )  # fmt: skip
+
+    def pooled(self, more: UserForm) -> UserForm:
+        """This form and `more` (other prompts) as one set of answers."""
+        return UserForm.from_pairs(
+            self.flags + more.flags, self.base_flags + more.base_flags,
+            self.shares + more.shares, self.base_shares + more.base_shares, confirmed=True,
+        )  # fmt: skip
+
+    def rules(self, settings: GuardSettings) -> list[tuple[str, float, float, float]]:
+        """(what, the version's figure, the base's, the allowed rise) of each rule that
+        refuses on these prompts (none with fewer than USER_FORM_MIN prompts)."""
+        if self.n < USER_FORM_MIN or self.rate is None or self.base_rate is None:
+            return []
+        checks = [
+            ("degeneration", self.rate, self.base_rate, settings.max_degeneration_rise),
+            ("repeated phrases", self.repetition or 0.0, self.base_repetition or 0.0,
+             settings.max_repetition_rise),
+        ]  # fmt: skip
+        return [c for c in checks if c[1] - c[2] > c[3] + EPS]
+
+
+def without_worst(mine: Sequence[float], base: Sequence[float]) -> tuple[float, float] | None:
+    """The means of paired values with the pair whose rise (mine - base) is largest left
+    out; None with fewer than two pairs."""
+    if len(mine) != len(base):
+        raise ValueError(f"{len(mine)} values but {len(base)} of the base's")
+    if len(mine) < 2:
+        return None
+    worst = max(range(len(mine)), key=lambda i: mine[i] - base[i])
+    kept = [i for i in range(len(mine)) if i != worst]
+    return _mean([mine[i] for i in kept]), _mean([base[i] for i in kept])
+
+
+def rests_on_one_answer(form: UserForm, settings: GuardSettings) -> bool:
+    """True when a rule on the user's prompts refuses and every one that does would pass
+    with its single worst prompt left out: one answer alone decides the refusal."""
+    refusing = form.rules(settings)
+    if not refusing:
+        return False
+    pairs = {
+        "degeneration": ([float(f) for f in form.flags], [float(f) for f in form.base_flags]),
+        "repeated phrases": (list(form.shares), list(form.base_shares)),
+    }
+    for what, _, _, rise in refusing:
+        left = without_worst(*pairs[what])
+        if left is None or left[0] - left[1] > rise + EPS:
+            return False
+    return True
