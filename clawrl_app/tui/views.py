@@ -262,6 +262,13 @@ def _repeats(verdict: dict[str, Any]) -> str:
     return f", repeats {_fig(verdict['user_repetition'])} vs {_fig(verdict.get('base_user_repetition'))}"
 
 
+def _confirmed(verdict: dict[str, Any]) -> str:
+    """ ", 24 prompts, confirmed" when one answer's refusal was checked on more prompts."""
+    if not verdict.get("user_confirmed"):
+        return ""
+    return f", {verdict.get('user_prompts')} prompts, confirmed"
+
+
 def guard_score_lines(status: dict[str, Any]) -> list[str]:
     """The regression guard's last checked versions, one line each: personal score (with
     "n/8, not deciding" under the minimum of held-out turns), general score, degeneration
@@ -282,7 +289,7 @@ def guard_score_lines(status: dict[str, Any]) -> list[str]:
         verdict = "passed" if v.get("passed") else "REFUSED"
         mine = (
             f" (your prompts {_fig(v.get('user_degeneration'))} vs base "
-            f"{_fig(v.get('base_user_degeneration'))}{_repeats(v)})"
+            f"{_fig(v.get('base_user_degeneration'))}{_repeats(v)}{_confirmed(v)})"
             if v.get("user_prompts")
             else ""
         )

@@ -307,6 +307,9 @@ def test_doctor_prints_the_guards_settings_count_and_latest_verdicts(tmp_path: P
     assert lines[0].startswith("on: every 1 checkpoint(s)")
     assert "or a degeneration rate > base + 0.05 (answers to the questions and 12 open" in lines[0]
     assert "with >= 8 held-out turns; fewer: not deciding" in lines[0]
+    assert "(one answer alone: confirmed on the next prompts)" in lines[0]
+    single = Settings.model_validate({"guard": {"user_form_confirm": False}})
+    assert "confirmed" not in guard_lines(single, tmp_path / "s.db")[0]
     assert "held-out turns (never trained on): 1 (10% of new main turns)" in lines
     assert lines[-1].endswith(
         "v3 vs v2: general 0.45 vs 0.60: REFUSED: general score 0.45 < 0.60 - 0.05"
@@ -361,4 +364,9 @@ def test_the_dashboard_shows_each_checked_versions_scores_and_degeneration() -> 
     assert rep_lines[1].endswith("(your prompts 0.25 vs base 0.00, repeats 0.13 vs 0.03) · REFUSED")
     lines = guard_score_lines({"publishing": {"guard": {**guard, "recent": [mine]}}})
     assert lines[1].endswith("degeneration 0.10 (your prompts 0.25 vs base 0.00) · REFUSED")
+    sure = {**mine, "user_prompts": 24, "user_confirmed": True, "passed": True}
+    sure_lines = guard_score_lines({"publishing": {"guard": {**guard, "recent": [sure]}}})
+    assert sure_lines[1].endswith(
+        "(your prompts 0.25 vs base 0.00, 24 prompts, confirmed) · passed"
+    )
     assert guard_score_lines({}) == [] and guard_score_lines({"publishing": {"guard": {}}}) == []

@@ -197,3 +197,69 @@ def test_the_users_prompts_are_answered_at_the_budget_their_requests_set(
     # the two looping answers repeat most of their phrases; the base's hardly any
     assert form.repetition is not None and form.base_repetition is not None
     assert form.repetition - form.base_repetition > 0.25
+
+
+def test_a_refusal_resting_on_one_answer_is_confirmed_on_the_next_prompts(
+    loaded_model: tuple[Any, Any], looping_adapter: Path, tmp_path: Path
+) -> None:
+    """Of the user's 6 newest prompts, one is asked with no answer budget: the looping
+    adapter loops on it (64 tokens), the base does not; the other 5 allow 4 tokens, too few
+    to loop. One loop in 6 refuses by one answer (margins 0.1 here); the guard asks the 6
+    before them too. With none of those looping (1 of 12) the version passes, confirmed;
+    with a second loop among them (2 of 12) the refusal stands; `user_form_confirm` off: one
+    answer decides. Only the rules on the user's prompts decide here (no general set, new
+    loops off). Real model, real store, the guard's own `check`."""
+    from clawrl_app.engine.store import NewTurn
+
+    model, tok = loaded_model
+    fmt = ChatFormatter(tok)
+    others = [i.question for i in load_general_set()[6:16]]  # never trained to loop
+    settings = GuardSettings(
+        general_items=0, open_prompts=0, open_max_tokens=64, user_form_items=6,
+        user_form_min_tokens=0, max_new_loops=1.0, max_degeneration_rise=0.1,
+        max_repetition_rise=0.1,
+    )  # fmt: skip
+
+    def store_with(unbudgeted_older: bool, path: Path) -> Store:
+        """12 turns, oldest first; the newest one unbudgeted (a looping question); with
+        `unbudgeted_older`, also the oldest (another looping question)."""
+        store = Store(path)
+        store.ensure_session("chat", "test")
+        texts = [QUESTIONS[1].question, *others[:10], QUESTIONS[0].question]
+        for k, text in enumerate(texts):
+            body: dict[str, Any] = {"messages": [{"role": "user", "content": text}]}
+            if not (k == 11 or (k == 0 and unbudgeted_older)):
+                body["max_tokens"] = 4
+            store.record_turn(NewTurn("chat", "main", body, "a", [1] * 8, [2], [0.0], "base"))
+        return store
+
+    async def go(one: Store, two: Store) -> list[Any]:
+        be = TorchBackend(copy.deepcopy(model), tok, model_name="m", context_length=2048)
+        await be.start()
+        try:
+            await be.load_adapter("v1", looping_adapter)
+            alone = settings.model_copy(update={"user_form_confirm": False})
+            return [
+                await RegressionGuard(store, be, fmt, s, QUESTIONS, OPEN).check("v1", "base", 1)
+                for store, s in ((one, settings), (one, alone), (two, settings))
+            ]
+        finally:
+            await be.stop()
+
+    with store_with(False, tmp_path / "a.db") as one, store_with(True, tmp_path / "b.db") as two:
+        clean, alone, again = asyncio.run(go(one, two))
+    # one answer alone: refused on 6 prompts
+    assert not alone.passed and alone.candidate.user_n == 6
+    assert not alone.candidate.user_confirmed
+    assert alone.candidate.user_degeneration == pytest.approx(1 / 6)
+    assert alone.candidate.base_user_degeneration == 0.0
+    assert "degeneration on your own prompts 0.17 vs base 0.00" in alone.reasons[0]
+    # confirmed on the next 6, none looping: passed on 12
+    assert clean.passed and clean.candidate.user_n == 12 and clean.candidate.user_confirmed
+    assert clean.candidate.user_degeneration == pytest.approx(1 / 12)
+    assert "(12 prompts, confirmed)" in clean.summary()
+    assert clean.as_dict()["user_confirmed"] is True
+    # a second loop in the next 6: refused on 12
+    assert not again.passed and again.candidate.user_n == 12
+    assert again.candidate.user_degeneration == pytest.approx(2 / 12)
+    assert "on 12 prompts" in again.reasons[0]

@@ -1,0 +1,66 @@
+"""The rules on the user's own prompts (`publishing.user_form`): pure functions."""
+
+from __future__ import annotations
+
+import pytest
+
+from clawrl_app.config import GuardSettings
+from clawrl_app.engine.publishing.user_form import (
+    USER_FORM_MIN,
+    UserForm,
+    rests_on_one_answer,
+    without_worst,
+)
+
+S = GuardSettings()  # margins 0.05 on the rate and on the repeated share
+
+
+def form(loops: int, n: int = 12, base_loops: int = 0, share: float = 0.0) -> UserForm:
+    """`n` paired answers; the version's first `loops` loop (repeated share 0.8), the base's
+    last `base_loops`; every other answer repeats `share` of its phrases."""
+    flags = tuple(i < loops for i in range(n))
+    base = tuple(i >= n - base_loops for i in range(n))
+    shares = tuple(0.8 if f else share for f in flags)
+    base_shares = tuple(0.8 if f else 0.0 for f in base)
+    return UserForm.from_pairs(flags, base, shares, base_shares)
+
+
+def test_without_worst_leaves_out_the_pair_that_rose_most() -> None:
+    assert without_worst([1.0, 0.0, 0.0, 0.0], [0.0] * 4) == (0.0, 0.0)
+    # the pair that rose most, not the largest value: (1, 1) did not rise
+    assert without_worst([1.0, 1.0, 0.0], [1.0, 0.0, 0.0]) == (0.5, 0.5)
+    assert without_worst([1.0], [0.0]) is None
+    with pytest.raises(ValueError, match="2 values but 1"):
+        without_worst([1.0, 0.0], [0.0])
+
+
+def test_one_loop_in_twelve_rests_on_one_answer_two_do_not() -> None:
+    """brevity/dozen's v3 (bench/results/learn-20261128-071629-dozen-defaults.json): one
+    loop on 12 of the user's prompts, the base none, no degenerate held-out answer; refused
+    by that one answer (0.08 > 0.05). Two loops in 12 are a refusal on their own."""
+    one, two = form(1), form(2)
+    assert [r[0] for r in one.rules(S)] == ["degeneration", "repeated phrases"]
+    assert rests_on_one_answer(one, S)
+    assert two.rules(S) and not rests_on_one_answer(two, S)
+    # a loop where the base loops too is no rise: nothing refuses
+    assert form(1, base_loops=1).rules(S) == [] and not rests_on_one_answer(form(0), S)
+    # a drift of every answer's repeats refuses without any one answer deciding it
+    drift = form(1, share=0.1)
+    assert [r[0] for r in drift.rules(S)] == ["degeneration", "repeated phrases"]
+    assert not rests_on_one_answer(drift, S)
+    # too few prompts never decide
+    assert form(1, n=USER_FORM_MIN - 1).rules(S) == []
+
+
+def test_pooled_answers_decide_together() -> None:
+    """One loop in the first 12 and none in the next: 1 of 24, within the margin; a second
+    loop in the next 12 keeps the refusal."""
+    first = form(1)
+    clean, again = first.pooled(form(0)), first.pooled(form(1))
+    assert clean.n == 24 and clean.confirmed and clean.rate == pytest.approx(1 / 24)
+    assert clean.rules(S) == []
+    assert again.rate == pytest.approx(2 / 24) and [r[0] for r in again.rules(S)] == [
+        "degeneration",
+        "repeated phrases",
+    ]
+    assert UserForm.from_pairs((), (), (), ()) == UserForm()
