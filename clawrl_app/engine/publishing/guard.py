@@ -39,6 +39,7 @@ from clawrl_app.engine.publishing.user_form import (
     EPS,
     USER_FORM_MIN,
     UserForm,
+    refusing_rules,
     rests_on_one_answer,
 )
 from clawrl_app.engine.store.guard import DEGENERATION, GENERAL, PERSONAL, UserPrompt
@@ -286,23 +287,15 @@ def decide(
             f"degeneration {candidate.degeneration:.2f} vs {whose} {form_ref:.2f} "
             f"(max rise {settings.max_degeneration_rise:g}) on {candidate.degeneration_n} answers"
         )
-    on_user_prompts = (
-        ("degeneration", candidate.user_degeneration, candidate.base_user_degeneration,
-         settings.max_degeneration_rise),
-        ("repeated phrases", candidate.user_repetition, candidate.base_user_repetition,
-         settings.max_repetition_rise),
-    )  # fmt: skip
-    for what, mine, base_mine, rise in on_user_prompts:
-        if (
-            mine is not None
-            and base_mine is not None
-            and candidate.user_n >= USER_FORM_MIN
-            and mine - base_mine > rise + EPS
-        ):
-            reasons.append(
-                f"{what} on your own prompts {mine:.2f} vs base {base_mine:.2f} "
-                f"(max rise {rise:g}) on {candidate.user_n} prompts"
-            )
+    c = candidate
+    for what, mine, base_mine, rise in refusing_rules(
+        c.user_degeneration, c.base_user_degeneration, c.user_repetition,
+        c.base_user_repetition, c.user_n, settings,
+    ):  # fmt: skip
+        reasons.append(
+            f"{what} on your own prompts {mine:.2f} vs base {base_mine:.2f} "
+            f"(max rise {rise:g}) on {c.user_n} prompts"
+        )
     if candidate.new_loops is not None and candidate.new_loops > settings.max_new_loops + EPS:
         reasons.append(
             f"new loops: {candidate.new_loops:.2f} of its answers degenerate where the base's "

@@ -91,16 +91,35 @@ class UserForm:
         )  # fmt: skip
 
     def rules(self, settings: GuardSettings) -> list[tuple[str, float, float, float]]:
-        """(what, the version's figure, the base's, the allowed rise) of each rule that
-        refuses on these prompts (none with fewer than USER_FORM_MIN prompts)."""
-        if self.n < USER_FORM_MIN or self.rate is None or self.base_rate is None:
-            return []
-        checks = [
-            ("degeneration", self.rate, self.base_rate, settings.max_degeneration_rise),
-            ("repeated phrases", self.repetition or 0.0, self.base_repetition or 0.0,
-             settings.max_repetition_rise),
-        ]  # fmt: skip
-        return [c for c in checks if c[1] - c[2] > c[3] + EPS]
+        """`refusing_rules` on these answers."""
+        return refusing_rules(
+            self.rate, self.base_rate, self.repetition, self.base_repetition, self.n, settings
+        )
+
+
+def refusing_rules(
+    rate: float | None,
+    base_rate: float | None,
+    repetition: float | None,
+    base_repetition: float | None,
+    n: int,
+    settings: GuardSettings,
+) -> list[tuple[str, float, float, float]]:
+    """(what, the version's figure, the base's, the allowed rise) of each rule on the user's
+    prompts that refuses: the degeneration rate or the mean repeated-phrase share above the
+    base's on the same prompts by more than its margin (none with fewer than USER_FORM_MIN
+    prompts, or where a figure is unknown)."""
+    if n < USER_FORM_MIN:
+        return []
+    checks = (
+        ("degeneration", rate, base_rate, settings.max_degeneration_rise),
+        ("repeated phrases", repetition, base_repetition, settings.max_repetition_rise),
+    )
+    return [
+        (what, mine, base, rise)
+        for what, mine, base, rise in checks
+        if mine is not None and base is not None and mine - base > rise + EPS
+    ]
 
 
 def without_worst(mine: Sequence[float], base: Sequence[float]) -> tuple[float, float] | None:
