@@ -38,14 +38,11 @@ def _mean(xs: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class UserForm:
-    """A version's and the base model's form on the user's prompts, paired per prompt (None:
-    not measured, too few prompts)."""
+    """A version's and the base model's form on the user's prompts, paired per prompt (no
+    answers: not measured, too few prompts)."""
 
-    rate: float | None = None
-    base_rate: float | None = None
-    repetition: float | None = None
-    base_repetition: float | None = None
     n: int = 0
+    """How many prompts were asked (answered, or too few to answer)."""
     flags: tuple[bool, ...] = ()
     base_flags: tuple[bool, ...] = ()
     """Per prompt: the version's answer / the base's is degenerate."""
@@ -55,9 +52,27 @@ class UserForm:
     confirmed: bool = False
     """The next prompts were asked too (a refusal resting on one answer was confirmed)."""
 
+    @property
+    def rate(self) -> float | None:
+        """Share of the version's answers that are degenerate (None: no answers)."""
+        return _mean([float(f) for f in self.flags]) if self.flags else None
+
+    @property
+    def base_rate(self) -> float | None:
+        return _mean([float(f) for f in self.base_flags]) if self.base_flags else None
+
+    @property
+    def repetition(self) -> float | None:
+        """Mean repeated-phrase share of the version's answers (None: no answers)."""
+        return _mean(self.shares) if self.shares else None
+
+    @property
+    def base_repetition(self) -> float | None:
+        return _mean(self.base_shares) if self.base_shares else None
+
     @staticmethod
     def of(mine: Sequence[Degeneration], base: Sequence[Degeneration]) -> UserForm:
-        """The shares and means of paired answers (same prompts, same order)."""
+        """The paired answers' flags and repeated shares (same prompts, same order)."""
         if len(mine) != len(base):
             raise ValueError(f"{len(mine)} answers but {len(base)} of the base's")
         return UserForm.from_pairs(
@@ -73,15 +88,8 @@ class UserForm:
         base_shares: tuple[float, ...],
         confirmed: bool = False,
     ) -> UserForm:
-        """Rates and means of per-prompt flags and repeated shares (paired, same order)."""
-        n = len(flags)
-        if not n:
-            return UserForm()
-        return UserForm(
-            _mean([float(f) for f in flags]), _mean([float(f) for f in base_flags]),
-            _mean(shares), _mean(base_shares), n,
-            flags, base_flags, shares, base_shares, confirmed,
-        )  # fmt: skip
+        """Per-prompt flags and repeated shares (paired, same order)."""
+        return UserForm(len(flags), flags, base_flags, shares, base_shares, confirmed)
 
     def pooled(self, more: UserForm) -> UserForm:
         """This form and `more` (other prompts) as one set of answers."""
