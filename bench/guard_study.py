@@ -43,6 +43,7 @@ def scores(name: str, view: dict[str, Any], base: dict[str, Any]) -> VersionScor
         user_repetition=sum(view["user_rep"]) / u,
         base_user_repetition=sum(base["user_rep"]) / u,
         new_loops=new_loops(general_deg + view["user_deg"], base_general_deg + base["user_deg"]),
+        new_loops_n=n + u,
     )  # fmt: skip
 
 

@@ -39,8 +39,10 @@ from clawrl_app.engine.publishing.user_form import (
     EPS,
     USER_FORM_MIN,
     UserForm,
+    allowed_new_loops,
+    refusal_rests_on_one_answer,
     refusing_rules,
-    rests_on_one_answer,
+    too_many_new_loops,
 )
 from clawrl_app.engine.store.guard import DEGENERATION, GENERAL, PERSONAL, UserPrompt
 from clawrl_app.general_eval import (
@@ -123,6 +125,10 @@ def _fig(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+def _count(share: float | None, n: int) -> str:
+    return "-" if share is None or not n else f"{round(share * n)} of {n}"
+
+
 @dataclass(frozen=True)
 class VersionScores:
     """One version's scores; None where the set was empty (nothing to score)."""
@@ -156,6 +162,8 @@ class VersionScores:
     new_loops: float | None = None
     """Share of its answers (general check and the user's prompts) that are degenerate where
     the base model's answer to the same prompt is not (`new_loops`)."""
+    new_loops_n: int = 0
+    """How many answers that share is of."""
     flags: tuple[bool, ...] = ()
     """Per general-check answer: degenerate (empty when the scores were reused)."""
 
@@ -198,7 +206,7 @@ class GuardVerdict:
             f"({turns}), general {_fig(c.general)} vs {_fig(s.general)} "
             f"({c.general_n} questions), degeneration {_fig(c.degeneration)} vs "
             f"{_fig(s.degeneration)} ({base}{c.degeneration_n} answers{mine}), new loops "
-            f"{_fig(c.new_loops)}"
+            f"{_count(c.new_loops, c.new_loops_n)}"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -226,6 +234,7 @@ class GuardVerdict:
             "user_repetition": c.user_repetition,
             "base_user_repetition": c.base_user_repetition,
             "new_loops": c.new_loops,
+            "new_loops_n": c.new_loops_n,
         }
 
 
@@ -253,7 +262,8 @@ def decide(
     repeats itself more on every answer before a few of them loop outright, which a rate of
     8-12 answers sees only by luck. And the share of its answers that loop where the base's
     answer to the same prompt does not (`max_new_loops`): a version trained to answer short
-    stops looping where the base ran long, which hides its new short loops in a rate."""
+    stops looping where the base ran long, which hides its new short loops in a rate (at most
+    that share of the answers, to the nearest whole answer: `allowed_new_loops`)."""
     reasons = []
     general_ref = base_general if base_general is not None else served.general
     if (
@@ -296,10 +306,11 @@ def decide(
             f"{what} on your own prompts {mine:.2f} vs base {base_mine:.2f} "
             f"(max rise {rise:g}) on {c.user_n} prompts"
         )
-    if candidate.new_loops is not None and candidate.new_loops > settings.max_new_loops + EPS:
+    if too_many_new_loops(c.new_loops, c.new_loops_n, settings.max_new_loops):
+        most = allowed_new_loops(c.new_loops_n, settings.max_new_loops)
         reasons.append(
-            f"new loops: {candidate.new_loops:.2f} of its answers degenerate where the base's "
-            f"are not (max {settings.max_new_loops:g})"
+            f"new loops: {_count(c.new_loops, c.new_loops_n)} of its answers degenerate where "
+            f"the base's are not (at most {most}: {settings.max_new_loops:g} of them)"
         )
     return GuardVerdict(
         candidate, served, not reasons, reasons, form_ref, settings.min_personal_items
@@ -436,15 +447,18 @@ class RegressionGuard:
         )
         return UserForm.of([form_of(text) for text in mine], [await base_form(p) for p in prompts])
 
-    async def confirmed_user_form(self, version: str, form: UserForm) -> UserForm:
-        """`form`, or, when a rule on the user's prompts refuses on the strength of one
-        answer alone (`user_form.rests_on_one_answer`) and `user_form_confirm` is on, `form`
-        and the next `user_form_items` prompts' answers together (`form` as it is when there
-        are no more prompts)."""
-        if not self.settings.user_form_confirm or not rests_on_one_answer(form, self.settings):
+    async def confirmed_user_form(self, version: str, form: UserForm, scores: VersionScores
+                                  ) -> UserForm:  # fmt: skip
+        """`form`, or, when the refusal of `scores` (its answers to `form`'s prompts
+        included) rests on one answer alone (`refusal_rests_on_one_answer`) and
+        `user_form_confirm` is on, `form` and the next `user_form_items` prompts' answers
+        together (`form` as it is when there are no more prompts)."""
+        if not self.settings.user_form_confirm or not refusal_rests_on_one_answer(
+            form, scores.new_loops, scores.new_loops_n, self.settings
+        ):
             return form
         more = await self.user_form(version, skip=form.n)
-        log.info("guard: %s's refusal on your prompts rests on one answer; %d more asked",
+        log.info("guard: %s's refusal rests on one answer; %d more of your prompts asked",
                  version, more.n)  # fmt: skip
         return form.pooled(more) if more.n else form
 
@@ -489,7 +503,7 @@ class RegressionGuard:
         self._base_flags = base.flags or self._base_flags
         return base.general, base.degeneration
 
-    async def _new_loops(self, mine: tuple[bool, ...], form: UserForm) -> float | None:
+    async def _new_loops(self, mine: tuple[bool, ...], form: UserForm) -> tuple[float | None, int]:
         """`new_loops` over the candidate's general-check answers (`mine`) and its answers to
         the user's prompts, each paired with the base model's answer to the same prompt (the
         base's general answers are answered once per guard)."""
@@ -498,7 +512,8 @@ class RegressionGuard:
         base = self._base_flags or ()
         if len(mine) != len(base):
             mine, base = (), ()
-        return new_loops([*mine, *form.flags], [*base, *form.base_flags])
+        flags = [*mine, *form.flags]
+        return new_loops(flags, [*base, *form.base_flags]), len(flags)
 
     async def check(self, candidate: str, served: str, step: int) -> GuardVerdict:
         """Score both versions and decide."""
@@ -513,20 +528,21 @@ class RegressionGuard:
         general_flags = after.flags
 
         async def verdict_on(form: UserForm) -> GuardVerdict:
+            loops, loops_n = await self._new_loops(general_flags, form)
             scores = replace(
                 after, user_degeneration=form.rate, base_user_degeneration=form.base_rate,
                 user_n=form.n, user_repetition=form.repetition,
                 base_user_repetition=form.base_repetition, user_confirmed=form.confirmed,
-                new_loops=await self._new_loops(general_flags, form),
+                new_loops=loops, new_loops_n=loops_n,
             )  # fmt: skip
             return decide(scores, before, self.settings, base_general, base_degeneration)
 
         verdict = await verdict_on(form)
-        # refused by the rules on the user's prompts alone (the others pass without them)?
-        others = decide(replace(verdict.candidate, user_n=0), before, self.settings,
-                        base_general, base_degeneration)  # fmt: skip
+        # refused by the rules on the user's prompts and the new loops alone?
+        others = decide(replace(verdict.candidate, user_n=0, new_loops=None), before,
+                        self.settings, base_general, base_degeneration)  # fmt: skip
         if not verdict.passed and others.passed:
-            confirmed = await self.confirmed_user_form(candidate, form)
+            confirmed = await self.confirmed_user_form(candidate, form, verdict.candidate)
             if confirmed is not form:
                 verdict = await verdict_on(confirmed)
         self.checked += 1

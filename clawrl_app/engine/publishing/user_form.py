@@ -19,6 +19,7 @@ in the next 12 keeps the refusal, none lets the version through.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -142,6 +143,29 @@ def without_worst(mine: Sequence[float], base: Sequence[float]) -> tuple[float, 
     return _mean([mine[i] for i in kept]), _mean([base[i] for i in kept])
 
 
+def allowed_new_loops(n: int, share: float) -> int:
+    """How many of `n` answers may be new loops: `share` of them, to the nearest whole
+    answer (at 0.05: 3 of 52 or 64, 4 of 76). A harmless version answers differently from
+    the base and so loops on a few prompts the base did not (and not on others it did): 3-4
+    of 52-64 in the recorded brevity/dozen runs (2026-11-28)."""
+    return math.floor(share * n + 0.5)
+
+
+def too_many_new_loops(share: float | None, n: int, max_share: float) -> bool:
+    """More new loops among `n` answers (`share` of them) than `allowed_new_loops`."""
+    if share is None or n <= 0:
+        return False
+    return round(share * n) > allowed_new_loops(n, max_share)
+
+
+def new_loops_rest_on_one(share: float | None, n: int, max_share: float) -> bool:
+    """The new loops refuse, and one fewer among one answer fewer would pass."""
+    if not too_many_new_loops(share, n, max_share) or share is None:
+        return False
+    count = round(share * n)
+    return n > 1 and count - 1 <= allowed_new_loops(n - 1, max_share)
+
+
 def rests_on_one_answer(form: UserForm, settings: GuardSettings) -> bool:
     """True when a rule on the user's prompts refuses and every one that does would pass
     with its single worst prompt left out: one answer alone decides the refusal."""
@@ -157,3 +181,18 @@ def rests_on_one_answer(form: UserForm, settings: GuardSettings) -> bool:
         if left is None or left[0] - left[1] > rise + EPS:
             return False
     return True
+
+
+def refusal_rests_on_one_answer(
+    form: UserForm, new_loops: float | None, new_loops_n: int, settings: GuardSettings
+) -> bool:
+    """The rules on the user's prompts (`form`) or the new-loops rule (`new_loops` of
+    `new_loops_n` answers) refuse, and each one that does would pass on one answer fewer
+    (`rests_on_one_answer`, `new_loops_rest_on_one`): one answer alone decides the refusal."""
+    user = bool(form.rules(settings))
+    loops = too_many_new_loops(new_loops, new_loops_n, settings.max_new_loops)
+    return (
+        (user or loops)
+        and (not user or rests_on_one_answer(form, settings))
+        and (not loops or new_loops_rest_on_one(new_loops, new_loops_n, settings.max_new_loops))
+    )

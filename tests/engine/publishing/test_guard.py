@@ -167,18 +167,21 @@ def test_new_loops_refuse_a_version_whose_rate_fell() -> None:
     """brevity/tips25's v6 (bench/results/learn-20261127-231742.json): degeneration 0.06 vs
     the base's 0.12 and 0.08 vs 0.25 on the user's prompts, passed; its short answers loop
     where the base's ran long without a loop ("1. 1. 1. ..."). Refused for the loops that
-    are new; at the margin it passes."""
+    are new (4 of 64: 0.05 of them is 3.2, 3 to the nearest answer); at 3 it passes."""
     s = GuardSettings(min_personal_items=4, max_new_loops=0.05)
     served = VersionScores("v2", None, 0, 0.7, 40, degeneration=0.08, degeneration_n=52)
     v6 = VersionScores("v6", None, 0, 0.75, 40, degeneration=0.06, degeneration_n=52,
                        user_degeneration=0.08, base_user_degeneration=0.25, user_n=12,
-                       new_loops=4 / 64)  # fmt: skip
+                       new_loops=4 / 64, new_loops_n=64)  # fmt: skip
     v = decide(v6, served, s, base_general=0.6, base_degeneration=0.12)
     assert not v.passed and v.reasons == [
-        "new loops: 0.06 of its answers degenerate where the base's are not (max 0.05)"
+        "new loops: 4 of 64 of its answers degenerate where the base's are not "
+        "(at most 3: 0.05 of them)"
     ]
-    assert v.summary().endswith("new loops 0.06") and v.as_dict()["new_loops"] == 4 / 64
-    assert decide(replace(v6, new_loops=0.05), served, s, 0.6, 0.12).passed
+    assert v.summary().endswith("new loops 4 of 64") and v.as_dict()["new_loops_n"] == 64
+    assert decide(replace(v6, new_loops=3 / 64), served, s, 0.6, 0.12).passed
+    # 4 of 76: 0.05 of them is 3.8, 4 to the nearest answer
+    assert decide(replace(v6, new_loops=4 / 76, new_loops_n=76), served, s, 0.6, 0.12).passed
     assert decide(replace(v6, new_loops=None), served, s, 0.6, 0.12).passed
 
 

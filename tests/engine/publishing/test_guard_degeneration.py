@@ -208,7 +208,8 @@ def test_a_refusal_resting_on_one_answer_is_confirmed_on_the_next_prompts(
     before them too. With none of those looping (1 of 12) the version passes, confirmed;
     with a second loop among them (2 of 12) the refusal stands; `user_form_confirm` off: one
     answer decides. Only the rules on the user's prompts decide here (no general set, new
-    loops off). Real model, real store, the guard's own `check`."""
+    loops off); then the new-loops rule alone (0.05: none of 6 answers may loop anew, 1 of
+    12 may), the same way. Real model, real store, the guard's own `check`."""
     from clawrl_app.engine.store import NewTurn
 
     model, tok = loaded_model
@@ -239,15 +240,20 @@ def test_a_refusal_resting_on_one_answer_is_confirmed_on_the_next_prompts(
         try:
             await be.load_adapter("v1", looping_adapter)
             alone = settings.model_copy(update={"user_form_confirm": False})
+            loops = settings.model_copy(update={
+                "max_new_loops": 0.05, "max_degeneration_rise": 1.0, "max_repetition_rise": 1.0
+            })  # fmt: skip
             return [
                 await RegressionGuard(store, be, fmt, s, QUESTIONS, OPEN).check("v1", "base", 1)
-                for store, s in ((one, settings), (one, alone), (two, settings))
-            ]
+                for store, s in (
+                    (one, settings), (one, alone), (two, settings), (one, loops), (two, loops)
+                )
+            ]  # fmt: skip
         finally:
             await be.stop()
 
     with store_with(False, tmp_path / "a.db") as one, store_with(True, tmp_path / "b.db") as two:
-        clean, alone, again = asyncio.run(go(one, two))
+        clean, alone, again, loops_clean, loops_again = asyncio.run(go(one, two))
     # one answer alone: refused on 6 prompts
     assert not alone.passed and alone.candidate.user_n == 6
     assert not alone.candidate.user_confirmed
@@ -263,3 +269,12 @@ def test_a_refusal_resting_on_one_answer_is_confirmed_on_the_next_prompts(
     assert not again.passed and again.candidate.user_n == 12
     assert again.candidate.user_degeneration == pytest.approx(2 / 12)
     assert "on 12 prompts" in again.reasons[0]
+    # the new-loops rule: 1 of 6 new (none allowed) rests on one answer; confirmed on 12
+    # (1 allowed) it passes, and a second new loop among them keeps the refusal
+    assert loops_clean.passed and loops_clean.candidate.user_confirmed
+    assert (loops_clean.candidate.new_loops, loops_clean.candidate.new_loops_n) == (1 / 12, 12)
+    assert not loops_again.passed and loops_again.candidate.new_loops_n == 12
+    assert loops_again.reasons == [
+        "new loops: 2 of 12 of its answers degenerate where the base's are not "
+        "(at most 1: 0.05 of them)"
+    ]

@@ -8,7 +8,11 @@ from clawrl_app.config import GuardSettings
 from clawrl_app.engine.publishing.user_form import (
     USER_FORM_MIN,
     UserForm,
+    allowed_new_loops,
+    new_loops_rest_on_one,
+    refusal_rests_on_one_answer,
     rests_on_one_answer,
+    too_many_new_loops,
     without_worst,
 )
 
@@ -64,3 +68,33 @@ def test_pooled_answers_decide_together() -> None:
         "repeated phrases",
     ]
     assert UserForm.from_pairs((), (), (), ()) == UserForm()
+
+
+def test_new_loops_are_allowed_to_the_nearest_whole_answer() -> None:
+    """0.05 of 52 answers is 2.6, of 64 3.2, of 76 3.8: 3, 3 and 4 may loop anew. Three
+    harmless brevity/dozen versions had 3 of 52 or 4 of 64 (2026-11-28's runs)."""
+    assert [allowed_new_loops(n, 0.05) for n in (12, 52, 64, 76, 100)] == [1, 3, 3, 4, 5]
+    assert allowed_new_loops(64, 0.0) == 0
+    assert not too_many_new_loops(3 / 52, 52, 0.05) and not too_many_new_loops(3 / 64, 64, 0.05)
+    assert too_many_new_loops(4 / 64, 64, 0.05) and not too_many_new_loops(4 / 76, 76, 0.05)
+    assert too_many_new_loops(1 / 64, 64, 0.0)
+    assert not too_many_new_loops(None, 64, 0.05) and not too_many_new_loops(0.5, 0, 0.05)
+
+
+def test_a_refusal_resting_on_one_new_loop_is_one_to_confirm() -> None:
+    """4 of 64 new loops refuse and 3 of 63 would not: one answer decides; 5 of 64 do not
+    rest on one. With a rule on the user's prompts refusing too, both must rest on one."""
+    assert new_loops_rest_on_one(4 / 64, 64, 0.05)
+    assert not new_loops_rest_on_one(5 / 64, 64, 0.05)
+    assert not new_loops_rest_on_one(3 / 64, 64, 0.05)  # passes: nothing to confirm
+    assert not new_loops_rest_on_one(1.0, 1, 0.0)  # no answer to leave out
+    clean = form(0)
+    assert refusal_rests_on_one_answer(clean, 4 / 64, 64, S)
+    assert not refusal_rests_on_one_answer(clean, 3 / 64, 64, S)  # nothing refuses
+    assert not refusal_rests_on_one_answer(clean, 5 / 64, 64, S)
+    # brevity/dozen's v4 and v7 (learn-20261128-091848-dozen-confirm.json): 1 of 12 of the
+    # user's prompts looped (base 0) and 4 of 64 new loops: one answer each way
+    assert refusal_rests_on_one_answer(form(1), 4 / 64, 64, S)
+    assert refusal_rests_on_one_answer(form(1), 1 / 64, 64, S)
+    assert not refusal_rests_on_one_answer(form(2), 4 / 64, 64, S)
+    assert not refusal_rests_on_one_answer(form(1), 5 / 64, 64, S)
