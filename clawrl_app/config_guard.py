@@ -50,7 +50,8 @@ class GuardSettings(_Section):
     the way (1: go back at once)."""
     max_new_loops: float = Field(default=0.05, ge=0.0, le=1.0)
     """Refuse a version when more than this share of its answers (general check, your
-    prompts) loop where the base model's answer to the same prompt does not."""
+    prompts; to the nearest whole answer) loop where the base model's answer to the same
+    prompt does not."""
     max_repetition_rise: float = Field(default=0.05, ge=0.0, le=1.0)
     """Refuse a version whose answers to your newest prompts repeat their own 3-word phrases
     more than the base model's do on the same prompts by more than this (mean share of

@@ -120,10 +120,10 @@ def guard_lines(settings: Settings, store_file: Path) -> list[str]:
         f"> base + {g.max_degeneration_rise:g} (answers to the questions and "
         f"{g.open_prompts} open prompts of {g.open_max_tokens} tokens; and on your "
         f"{g.user_form_items} newest prompts vs the base's answers to them), or repeated "
-        f"phrases on those prompts > base + {g.max_repetition_rise:g}"
-        f"{' (one answer alone: confirmed on the next prompts)' if g.user_form_confirm else ''}"
-        f", or new loops > "
-        f"{g.max_new_loops:g}; the trainer goes back to the served version after "
+        f"phrases on those prompts > base + {g.max_repetition_rise:g}, or new loops > "
+        f"{g.max_new_loops:g} (to the nearest answer)"
+        f"{'; one answer alone: confirmed on the next prompts' if g.user_form_confirm else ''}"
+        f"; the trainer goes back to the served version after "
         f"{g.retreat_after} refusal(s) in a row",
         f"held-out turns (never trained on): {held_out_count_readonly(store_file)} "
         f"({g.holdout_share:.0%} of new main turns)",

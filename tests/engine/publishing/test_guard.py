@@ -310,7 +310,10 @@ def test_doctor_prints_the_guards_settings_count_and_latest_verdicts(tmp_path: P
     assert lines[0].startswith("on: every 1 checkpoint(s)")
     assert "or a degeneration rate > base + 0.05 (answers to the questions and 12 open" in lines[0]
     assert "with >= 8 held-out turns; fewer: not deciding" in lines[0]
-    assert "(one answer alone: confirmed on the next prompts)" in lines[0]
+    assert (
+        "new loops > 0.05 (to the nearest answer); one answer alone: confirmed on the next "
+        "prompts; the trainer goes back" in lines[0]
+    )
     single = Settings.model_validate({"guard": {"user_form_confirm": False}})
     assert "confirmed" not in guard_lines(single, tmp_path / "s.db")[0]
     assert "held-out turns (never trained on): 1 (10% of new main turns)" in lines
