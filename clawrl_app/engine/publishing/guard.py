@@ -40,6 +40,7 @@ from clawrl_app.engine.publishing.user_form import (
     USER_FORM_MIN,
     UserForm,
     allowed_new_loops,
+    new_loop_count,
     refusal_rests_on_one_answer,
     refusing_rules,
     too_many_new_loops,
@@ -126,7 +127,8 @@ def _fig(x: float | None) -> str:
 
 
 def _count(share: float | None, n: int) -> str:
-    return "-" if share is None or not n else f"{round(share * n)} of {n}"
+    count = new_loop_count(share, n)
+    return "-" if count is None else f"{count} of {n}"
 
 
 @dataclass(frozen=True)

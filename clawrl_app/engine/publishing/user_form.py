@@ -14,7 +14,10 @@ refusal of a version that was learning held the user's training back. So a refus
 rests on one answer alone (`rests_on_one_answer`: with that prompt left out the rule
 passes) is confirmed on the next prompts before it stands (`guard.user_form_confirm`): the
 verdict is taken again on both sets of answers together (`UserForm.pooled`); a second loop
-in the next 12 keeps the refusal, none lets the version through.
+in the next 12 keeps the refusal, none lets the version through. The same holds for the
+guard's new-loops rule (answers that loop where the base's did not, over the general check
+and these prompts): a refusal by one new loop too many is confirmed the same way
+(`refusal_rests_on_one_answer`).
 """
 
 from __future__ import annotations
@@ -143,6 +146,11 @@ def without_worst(mine: Sequence[float], base: Sequence[float]) -> tuple[float, 
     return _mean([mine[i] for i in kept]), _mean([base[i] for i in kept])
 
 
+def new_loop_count(share: float | None, n: int) -> int | None:
+    """How many of `n` answers are new loops when `share` of them are (None: not measured)."""
+    return None if share is None or n <= 0 else round(share * n)
+
+
 def allowed_new_loops(n: int, share: float) -> int:
     """How many of `n` answers may be new loops: `share` of them, to the nearest whole
     answer (at 0.05: 3 of 52 or 64, 4 of 76). A harmless version answers differently from
@@ -153,17 +161,19 @@ def allowed_new_loops(n: int, share: float) -> int:
 
 def too_many_new_loops(share: float | None, n: int, max_share: float) -> bool:
     """More new loops among `n` answers (`share` of them) than `allowed_new_loops`."""
-    if share is None or n <= 0:
-        return False
-    return round(share * n) > allowed_new_loops(n, max_share)
+    count = new_loop_count(share, n)
+    return count is not None and count > allowed_new_loops(n, max_share)
 
 
 def new_loops_rest_on_one(share: float | None, n: int, max_share: float) -> bool:
     """The new loops refuse, and one fewer among one answer fewer would pass."""
-    if not too_many_new_loops(share, n, max_share) or share is None:
-        return False
-    count = round(share * n)
-    return n > 1 and count - 1 <= allowed_new_loops(n - 1, max_share)
+    count = new_loop_count(share, n)
+    return (
+        count is not None
+        and count > allowed_new_loops(n, max_share)
+        and n > 1
+        and count - 1 <= allowed_new_loops(n - 1, max_share)
+    )
 
 
 def rests_on_one_answer(form: UserForm, settings: GuardSettings) -> bool:
