@@ -66,7 +66,8 @@ class GuardSettings(_Section):
     """When that check refuses on the strength of one answer alone (with that prompt left
     out it would pass), ask your next `user_form_items` prompts too and decide on all the
     answers together: one loop in 12 answers befalls harmless versions as often as looping
-    ones (false: one answer decides)."""
+    ones. Too few prompts yet, and still one answer: the version waits (neither served nor
+    refused) and is checked again once they exist (false: one answer decides)."""
     user_form_min_tokens: int = Field(default=32, ge=0)
     """Leave out of that check requests that allowed fewer answer tokens: a few-word reply
     cannot loop, and such follow-ups would take the places of the prompts that can."""

@@ -122,7 +122,7 @@ def guard_lines(settings: Settings, store_file: Path) -> list[str]:
         f"{g.user_form_items} newest prompts vs the base's answers to them), or repeated "
         f"phrases on those prompts > base + {g.max_repetition_rise:g}, or new loops > "
         f"{g.max_new_loops:g} (to the nearest answer)"
-        f"{'; one answer alone: confirmed on the next prompts' if g.user_form_confirm else ''}"
+        f"{'; one answer alone: confirmed on the next prompts (deferred until they exist)' if g.user_form_confirm else ''}"
         f"; the trainer goes back to the served version after "
         f"{g.retreat_after} refusal(s) in a row",
         f"held-out turns (never trained on): {held_out_count_readonly(store_file)} "
@@ -133,7 +133,14 @@ def guard_lines(settings: Settings, store_file: Path) -> list[str]:
         return [*lines, "no checkpoint checked yet"]
     for ev in checked:
         p = ev.payload
-        verdict = "passed" if p.get("passed") else "REFUSED: " + "; ".join(p.get("reasons") or [])
+        why = "; ".join(p.get("reasons") or [])
+        verdict = (
+            "passed"
+            if p.get("passed")
+            else f"deferred to {p['deferred_until']} of your prompts: {why}"
+            if p.get("deferred_until")
+            else f"REFUSED: {why}"
+        )
         lines.append(
             f"{datetime.fromtimestamp(ev.ts):%Y-%m-%d %H:%M}  {p.get('summary')}: {verdict}"
         )

@@ -313,6 +313,12 @@ def guard_banner(status: dict[str, Any]) -> str:
     if not last or last.get("passed", True):
         return ""
     why = "; ".join(last.get("reasons") or [])
+    if last.get("deferred_until"):
+        return (
+            f"{last['candidate']} not served yet, {last['served']} still served: {why}. That "
+            f"rests on one answer; checked again at {last['deferred_until']} of your prompts. "
+            "Training goes on from it."
+        )
     in_row, retreat = publishing.get("refused_in_row") or 0, publishing.get("retreat_after")
     then = (
         f"Training goes on from it (refusal {in_row} of {retreat} in a row before it goes "

@@ -148,6 +148,9 @@ class GuardChecked(Event):
     served_degeneration: float | None = None
     base_degeneration: float | None = None
     """The base model's rate, which the candidate's was held to."""
+    deferred_until: int = 0
+    """> 0: not decided (the refusal rests on one answer, too few of the user's prompts to
+    confirm it): checked again once this many exist; no PublishRefused follows."""
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,8 @@ from clawrl_app.general_eval import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from clawrl_app.config import GuardSettings
     from clawrl_app.engine.backends.base import Backend
     from clawrl_app.engine.chat.formatter import ChatFormatter
@@ -62,6 +65,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("clawrl.guard")
 TIE = 1e-4  # nats per token: a smaller change is no preference either way
+WAIT_POLL_S = 5.0  # how often `waiting` counts the user's prompts
 RECENT = 5  # verdicts kept for the status (the Dashboard's and the admin API's table)
 
 
@@ -182,6 +186,14 @@ class GuardVerdict:
     """The base model's degeneration rate the candidate's was held to (None: unknown)."""
     min_personal_items: int = 1
     """Fewest held-out turns for the personal score to decide."""
+    deferred_until: int = 0
+    """> 0: not decided. The refusal rests on one answer and the user had too few prompts
+    to confirm it; the version is neither served nor refused and is checked again once
+    this many of the user's prompts exist (`RegressionGuard.waiting`)."""
+
+    @property
+    def deferred(self) -> bool:
+        return self.deferred_until > 0
 
     @property
     def personal_decides(self) -> bool:
@@ -209,6 +221,12 @@ class GuardVerdict:
             f"({c.general_n} questions), degeneration {_fig(c.degeneration)} vs "
             f"{_fig(s.degeneration)} ({base}{c.degeneration_n} answers{mine}), new loops "
             f"{_count(c.new_loops, c.new_loops_n)}"
+            + (
+                f"; deferred: rests on one answer, checked again at {self.deferred_until} "
+                "of your prompts"
+                if self.deferred
+                else ""
+            )
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -218,6 +236,7 @@ class GuardVerdict:
             "candidate": c.version,
             "served": s.version,
             "passed": self.passed,
+            "deferred_until": self.deferred_until,
             "reasons": self.reasons,
             "summary": self.summary(),
             "personal": c.personal,
@@ -345,6 +364,10 @@ class RegressionGuard:
         self._offered = 0
         self.checked = 0
         self.refused = 0
+        self.deferred = 0
+        self._deferred: dict[str, tuple[int, VersionScores]] = {}
+        """Versions whose check is deferred: the prompts they wait for, their scores."""
+        self._prompts_seen = (-1, 0.0)  # how many of the user's prompts `waiting` saw, when
         self.last: GuardVerdict | None = None
         self.recent: list[GuardVerdict] = []
         """The newest verdicts (at most `RECENT`), oldest first."""
@@ -449,20 +472,41 @@ class RegressionGuard:
         )
         return UserForm.of([form_of(text) for text in mine], [await base_form(p) for p in prompts])
 
-    async def confirmed_user_form(self, version: str, form: UserForm, scores: VersionScores
-                                  ) -> UserForm:  # fmt: skip
-        """`form`, or, when the refusal of `scores` (its answers to `form`'s prompts
-        included) rests on one answer alone (`refusal_rests_on_one_answer`) and
-        `user_form_confirm` is on, `form` and the next `user_form_items` prompts' answers
-        together (`form` as it is when there are no more prompts)."""
-        if not self.settings.user_form_confirm or not refusal_rests_on_one_answer(
+    def _confirmable(self, form: UserForm, scores: VersionScores) -> bool:
+        """The refusal of `scores` (its answers to `form`'s prompts included) rests on one
+        answer alone (`refusal_rests_on_one_answer`) and `user_form_confirm` is on."""
+        return self.settings.user_form_confirm and refusal_rests_on_one_answer(
             form, scores.new_loops, scores.new_loops_n, self.settings
-        ):
-            return form
-        more = await self.user_form(version, skip=form.n)
-        log.info("guard: %s's refusal rests on one answer; %d more of your prompts asked",
-                 version, more.n)  # fmt: skip
-        return form.pooled(more) if more.n else form
+        )
+
+    def waiting(self, version: str) -> bool:
+        """True while `version`'s check is deferred (`GuardVerdict.deferred_until`) and the
+        user has not yet written the prompts it waits for. Counted at most every
+        `WAIT_POLL_S` (the publisher asks on each pass)."""
+        wanted = self._deferred.get(version)
+        if wanted is None:
+            return False
+        now = time.monotonic()
+        if now - self._prompts_seen[1] >= WAIT_POLL_S or self._prompts_seen[0] < 0:
+            room = self.backend.info().context_length - self.settings.open_max_tokens
+            most = max(w for w, _ in self._deferred.values())
+            prompts = self.store.user_prompts(
+                most, room, min_budget=self.settings.user_form_min_tokens
+            )
+            self._prompts_seen = (len(prompts), now)
+        return self._prompts_seen[0] < wanted[0]
+
+    def was_deferred(self, version: str) -> bool:
+        """`version`'s check was deferred: it is checked again whatever `every` says."""
+        return version in self._deferred
+
+    def forget_deferred(self, keep: Callable[[str], bool] = lambda v: False) -> list[str]:
+        """Drop the deferred checks of the versions `keep` does not keep (all by default:
+        the trainer went back to the served version, they are left behind); returns them."""
+        gone = sorted(v for v in self._deferred if not keep(v))
+        for v in gone:
+            del self._deferred[v]
+        return gone
 
     def _stored_general(self, version: str) -> tuple[float | None, float | None] | None:
         """The general score and degeneration rate stored for `version` before; None unless
@@ -525,7 +569,8 @@ class RegressionGuard:
         base_general, base_degeneration = before.general, before.degeneration
         if served != "base" and (self.general or self.open):
             base_general, base_degeneration = await self._base_general()
-        after = await self.scores(candidate, step)
+        again = self._deferred.pop(candidate, None)  # checked before: its answers stand
+        after = again[1] if again is not None else await self.scores(candidate, step)
         form = await self.user_form(candidate)
         general_flags = after.flags
 
@@ -543,12 +588,26 @@ class RegressionGuard:
         # refused by the rules on the user's prompts and the new loops alone?
         others = decide(replace(verdict.candidate, user_n=0, new_loops=None), before,
                         self.settings, base_general, base_degeneration)  # fmt: skip
-        if not verdict.passed and others.passed:
-            confirmed = await self.confirmed_user_form(candidate, form, verdict.candidate)
-            if confirmed is not form:
-                verdict = await verdict_on(confirmed)
+        if not verdict.passed and others.passed and self._confirmable(form, verdict.candidate):
+            items = self.settings.user_form_items
+            more = await self.user_form(candidate, skip=form.n)
+            log.info("guard: %s's refusal rests on one answer; %d more of your prompts asked",
+                     candidate, more.n)  # fmt: skip
+            pooled = form.pooled(more) if more.n else form
+            if more.n:
+                verdict = await verdict_on(pooled)
+            if (
+                more.n < items
+                and not verdict.passed
+                and self._confirmable(pooled, verdict.candidate)
+            ):
+                # too few prompts to confirm: one answer decides nothing either way
+                verdict = replace(verdict, deferred_until=form.n + items)
+                self._deferred[candidate] = (verdict.deferred_until, after)
+                self._prompts_seen = (-1, 0.0)  # count again, up to the new number
         self.checked += 1
-        self.refused += not verdict.passed
+        self.deferred += verdict.deferred
+        self.refused += not verdict.passed and not verdict.deferred
         self.last = verdict
         self.recent = [*self.recent, verdict][-RECENT:]
         return verdict
@@ -565,6 +624,8 @@ class RegressionGuard:
             "every": g.every,
             "checked": self.checked,
             "refused": self.refused,
+            "deferred": self.deferred,
+            "waiting": sorted(self._deferred),
             "held_out": self.store.held_out_count(),
             "min_personal_items": g.min_personal_items,
             "max_degeneration_rise": g.max_degeneration_rise,

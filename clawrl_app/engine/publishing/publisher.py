@@ -8,7 +8,10 @@ before anything is loaded, with the reason logged; later checkpoints publish as 
 With a regression guard, a candidate that passed the canary is scored against the served
 version before it is activated, and refused when it regresses (`on_guard_refused` then lets
 the trainer go back to the served version, at once or after `retreat_after` refusals in a
-row: until then the trainer goes on from the refused version, which is never served).
+row: until then the trainer goes on from the refused version, which is never served). A
+check the guard defers (a refusal resting on one answer that the user's prompts cannot yet
+confirm) neither serves nor refuses the version, nor counts toward the retreat: the version
+waits for those prompts and is checked again, unless a newer one is served first.
 """
 
 from __future__ import annotations
@@ -156,7 +159,11 @@ class Publisher:
                         gap,
                     )
                     return False
-            if check and self.guard is not None and self.guard.due():
+            if (
+                check
+                and self.guard is not None
+                and (self.guard.was_deferred(name) or self.guard.due())
+            ):
                 verdict = await self._guard(name, previous, row.step, held)
                 now_serving = self.backend.active_version
                 if now_serving != (name if activated else previous):
@@ -165,6 +172,14 @@ class Publisher:
                     if loaded and now_serving != name:
                         await self.backend.unload_adapter(name)
                     log.info("%s not published: %s is served now", name, now_serving)
+                    return False
+                if verdict is not None and verdict.deferred:
+                    await self._release(name, previous, activated, loaded)
+                    log.info(
+                        "%s not published yet: its refusal rests on one answer; checked "
+                        "again at %d of your prompts (the trainer goes on from it)",
+                        name, verdict.deferred_until,
+                    )  # fmt: skip
                     return False
                 if verdict is not None and not verdict.passed:
                     await self._release(name, previous, activated, loaded)
@@ -183,6 +198,11 @@ class Publisher:
         self.store.mark_published(name)
         self.served = name
         self._refused_run.clear()
+        if self.guard is not None:  # deferred versions this one does not build on: out
+            by_version = {r.version: r for r in self.store.list_checkpoints()}
+            self.guard.forget_deferred(
+                lambda v: v in by_version and descends_from(by_version, by_version[v], name)
+            )
         if self.state_file is not None:
             write_served(self.state_file, ServedState(name))
         self.published += 1
@@ -216,12 +236,14 @@ class Publisher:
             await self._lock.acquire()
             held[0] = True
         c, s = verdict.candidate, verdict.served
-        log.info("guard: %s: %s", verdict.summary(), "passed" if verdict.passed else "REFUSED")
+        outcome = "passed" if verdict.passed else "deferred" if verdict.deferred else "REFUSED"
+        log.info("guard: %s: %s", verdict.summary(), outcome)
         self.events(
             GuardChecked(
                 name, served, verdict.passed, verdict.summary(), list(verdict.reasons),
                 c.personal, c.general, s.personal, s.general,
                 c.degeneration, s.degeneration, verdict.base_degeneration,
+                verdict.deferred_until,
             )
         )  # fmt: skip
         return verdict
@@ -245,6 +267,7 @@ class Publisher:
         if self.on_guard_refused is not None:
             await self.on_guard_refused(served)  # the trainer restarts
         self._refuse_built_on(first)
+        self._refuse_deferred(f"the trainer went back to {served}")
 
     def _refuse(self, name: str, reason: str, gap: float | None = None) -> None:
         """Mark `name` refused (never tried again) and say so everywhere: the log, the status,
@@ -256,6 +279,17 @@ class Publisher:
         tolerance = self.tolerance if gap is not None else None
         self.events(PublishRefused(name, reason, gap, tolerance))
         self.events(LoopFailed("publishing", reason))
+
+    def _refuse_deferred(self, why: str) -> None:
+        """Refuse the versions whose check the guard deferred (`why`: the trainer left
+        their branch); checked later and served, they would strand the trainer's new
+        checkpoints, which do not descend from them."""
+        if self.guard is None:
+            return
+        ready = {r.version for r in self.store.list_checkpoints() if r.status == "ready"}
+        for version in self.guard.forget_deferred():
+            if version in ready:
+                self._refuse(version, f"{version} not published: {why}")
 
     def _refuse_built_on(self, refused: str) -> None:
         """Refuse every ready checkpoint trained on top of `refused` (the trainer made them
@@ -298,11 +332,16 @@ class Publisher:
 
     def newest_ready(self) -> CheckpointRow | None:
         """The newest unpublished checkpoint that descends from what is served now (after a
-        rollback, checkpoints of the abandoned branch are never published by themselves)."""
+        rollback, checkpoints of the abandoned branch are never published by themselves),
+        leaving out those whose guard check waits for more of the user's prompts."""
         rows = self.store.list_checkpoints()
         by_version = {r.version: r for r in rows}
         ready = [
-            r for r in rows if r.status == "ready" and descends_from(by_version, r, self.served)
+            r
+            for r in rows
+            if r.status == "ready"
+            and descends_from(by_version, r, self.served)
+            and not (self.guard is not None and self.guard.waiting(r.version))
         ]
         return max(ready, key=lambda r: (r.step, r.created)) if ready else None
 
@@ -356,6 +395,7 @@ class Publisher:
             previous = await self.serve_version(version)
             await restart_trainer()
             self._refused_run.clear()
+            self._refuse_deferred(f"the user went back to {version}")
             for name in sorted(left_behind(self.store.list_checkpoints(), version, since)):
                 self._refuse(name, f"{name} not published: the user went back to {version}")
         finally:

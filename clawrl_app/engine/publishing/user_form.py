@@ -17,7 +17,12 @@ verdict is taken again on both sets of answers together (`UserForm.pooled`); a s
 in the next 12 keeps the refusal, none lets the version through. The same holds for the
 guard's new-loops rule (answers that loop where the base's did not, over the general check
 and these prompts): a refusal by one new loop too many is confirmed the same way
-(`refusal_rests_on_one_answer`).
+(`refusal_rests_on_one_answer`). When the user has not written enough prompts to confirm
+it (fewer than `user_form_items` more) and the refusal still rests on one answer, the
+verdict is deferred (`GuardVerdict.deferred_until`): the version is neither served nor
+refused and is checked again once the prompts exist (brevity/dozen's v3 of 2026-11-28,
+0.30 compliant and no degenerate answer, was refused on 1 loop in 16 because the user had
+written only 16 prompts).
 """
 
 from __future__ import annotations

@@ -305,6 +305,9 @@ def test_doctor_prints_the_guards_settings_count_and_latest_verdicts(tmp_path: P
     store.add_event("GuardChecked", {"version": "v3", "served": "v2", "passed": False,
                                      "summary": "v3 vs v2: general 0.45 vs 0.60",
                                      "reasons": ["general score 0.45 < 0.60 - 0.05"]})  # fmt: skip
+    store.add_event("GuardChecked", {"version": "v4", "served": "v2", "passed": False,
+                                     "summary": "v4 vs v2", "deferred_until": 24,
+                                     "reasons": ["new loops: 4 of 64"]})  # fmt: skip
     store.close()
     lines = guard_lines(Settings(), tmp_path / "s.db")
     assert lines[0].startswith("on: every 1 checkpoint(s)")
@@ -312,7 +315,7 @@ def test_doctor_prints_the_guards_settings_count_and_latest_verdicts(tmp_path: P
     assert "with >= 8 held-out turns; fewer: not deciding" in lines[0]
     assert (
         "new loops > 0.05 (to the nearest answer); one answer alone: confirmed on the next "
-        "prompts; the trainer goes back" in lines[0]
+        "prompts (deferred until they exist); the trainer goes back" in lines[0]
     )
     single = Settings.model_validate({"guard": {"user_form_confirm": False}})
     assert "confirmed" not in guard_lines(single, tmp_path / "s.db")[0]
@@ -320,6 +323,7 @@ def test_doctor_prints_the_guards_settings_count_and_latest_verdicts(tmp_path: P
     assert lines[-1].endswith(
         "v3 vs v2: general 0.45 vs 0.60: REFUSED: general score 0.45 < 0.60 - 0.05"
     )
+    assert lines[-2].endswith("v4 vs v2: deferred to 24 of your prompts: new loops: 4 of 64")
     off = Settings.model_validate({"guard": {"enabled": False}})
     assert guard_lines(off, tmp_path / "s.db")[0].startswith("OFF")
 
@@ -340,6 +344,13 @@ def test_the_dashboard_banner_shows_only_a_refusal() -> None:
     going_on["publishing"].update(refused_in_row=1, retreat_after=3)  # type: ignore[attr-defined]
     assert guard_banner(going_on).endswith(
         "x. Training goes on from it (refusal 1 of 3 in a row before it goes back to v2)."
+    )
+    deferred = status({"candidate": "v3", "served": "v2", "passed": False, "deferred_until": 24,
+                       "reasons": ["degeneration on your own prompts 0.06 vs base 0.00"]})  # fmt: skip
+    assert guard_banner(deferred) == (
+        "v3 not served yet, v2 still served: degeneration on your own prompts 0.06 vs base "
+        "0.00. That rests on one answer; checked again at 24 of your prompts. Training goes "
+        "on from it."
     )
     assert curve_title("guard/general").startswith("general score") and curve_title("kl") == "kl"
     assert curve_title("guard/degeneration").startswith("degeneration rate")

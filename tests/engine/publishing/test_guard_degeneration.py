@@ -278,3 +278,67 @@ def test_a_refusal_resting_on_one_answer_is_confirmed_on_the_next_prompts(
         "new loops: 2 of 12 of its answers degenerate where the base's are not "
         "(at most 1: 0.05 of them)"
     ]
+
+
+def test_a_refusal_too_few_prompts_can_confirm_is_deferred_until_they_exist(
+    loaded_model: tuple[Any, Any], looping_adapter: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The user has written 8 prompts, the newest with no answer budget (the looping
+    adapter loops on it), the others at 4 tokens. One loop in 6 refuses by one answer; the
+    2 prompts left cannot confirm it (1 of 8 still rests on one answer), so the verdict is
+    deferred until 12 prompts: not a refusal (the guard's `refused` stays 0), and the
+    version `waiting` until 4 more prompts are recorded. Checked again on 12, one loop in
+    12 passes. Real model, real store, the guard's own `check` and `waiting`."""
+    from clawrl_app.engine.publishing import guard as guard_module
+    from clawrl_app.engine.store import NewTurn
+
+    monkeypatch.setattr(guard_module, "WAIT_POLL_S", 0.0)  # count the prompts on each ask
+    model, tok = loaded_model
+    fmt = ChatFormatter(tok)
+    others = [i.question for i in load_general_set()[6:17]]  # never trained to loop
+    settings = GuardSettings(
+        general_items=0, open_prompts=0, open_max_tokens=64, user_form_items=6,
+        user_form_min_tokens=0, max_new_loops=1.0, max_degeneration_rise=0.1,
+        max_repetition_rise=0.1,
+    )  # fmt: skip
+
+    def record(store: Store, text: str, budget: int | None) -> None:
+        body: dict[str, Any] = {"messages": [{"role": "user", "content": text}]}
+        if budget is not None:
+            body["max_tokens"] = budget
+        store.record_turn(NewTurn("chat", "main", body, "a", [1] * 8, [2], [0.0], "base"))
+
+    async def go(store: Store) -> list[Any]:
+        be = TorchBackend(copy.deepcopy(model), tok, model_name="m", context_length=2048)
+        await be.start()
+        try:
+            await be.load_adapter("v1", looping_adapter)
+            guard = RegressionGuard(store, be, fmt, settings, QUESTIONS, OPEN)
+            first = await guard.check("v1", "base", 1)
+            status = guard.status()
+            before = guard.waiting("v1")
+            for text in others[7:11]:
+                record(store, text, 4)
+            after = guard.waiting("v1")
+            again = guard.was_deferred("v1")
+            second = await guard.check("v1", "base", 1)
+            return [first, status, before, after, again, second, guard.status()]
+        finally:
+            await be.stop()
+
+    with Store(tmp_path / "s.db") as store:
+        store.ensure_session("chat", "test")
+        for text in others[:7]:
+            record(store, text, 4)
+        record(store, QUESTIONS[0].question, None)  # the newest: the adapter loops on it
+        first, status, before, after, again, second, last = asyncio.run(go(store))
+    assert not first.passed and first.deferred and first.deferred_until == 12
+    assert first.candidate.user_n == 8 and first.candidate.user_confirmed
+    assert first.candidate.user_degeneration == pytest.approx(1 / 8)
+    assert "deferred: rests on one answer, checked again at 12 of your prompts" in first.summary()
+    assert first.as_dict()["deferred_until"] == 12
+    assert (status["refused"], status["deferred"], status["waiting"]) == (0, 1, ["v1"])
+    assert (before, after, again) == (True, False, True)
+    assert second.passed and not second.deferred and second.candidate.user_n == 12
+    assert second.candidate.user_degeneration == pytest.approx(1 / 12)
+    assert (last["checked"], last["refused"], last["waiting"]) == (2, 0, [])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -174,8 +175,103 @@ class RefusingGuard:
     def due(self) -> bool:
         return True
 
+    def was_deferred(self, version: str) -> bool:
+        return False
+
+    def waiting(self, version: str) -> bool:
+        return False
+
+    def forget_deferred(self, keep: Any = lambda v: False) -> list[str]:
+        return []
+
     def status(self) -> dict[str, Any]:
         return {"enabled": True}
+
+
+class DeferringGuard(RefusingGuard):
+    """Stand-in for the guard's deferral (its own test, with the real model, is in
+    test_guard_degeneration.py): `defer` are deferred until `prompts` reaches 24 (a
+    refusal resting on one answer with too few prompts to confirm it), then pass; `bad`
+    are refused; `is_due` False: a candidate is not due (`every`), re-checks always are."""
+
+    def __init__(self, defer: list[str], bad: list[str]) -> None:
+        super().__init__(*bad)
+        self.defer = set(defer)
+        self.deferred: dict[str, int] = {}
+        self.prompts = 16
+        self.is_due = True
+        self.checks: list[str] = []
+
+    async def check(self, name: str, served: str, step: int) -> Any:
+        self.checks.append(name)
+        verdict = await super().check(name, served, step)
+        if name in self.defer and self.prompts < 24:
+            self.deferred[name] = 24
+            return replace(verdict, passed=False, reasons=["loops on 1 of 16"], deferred_until=24)
+        self.deferred.pop(name, None)
+        return verdict
+
+    def due(self) -> bool:
+        return self.is_due
+
+    def was_deferred(self, version: str) -> bool:
+        return version in self.deferred
+
+    def waiting(self, version: str) -> bool:
+        return version in self.deferred and self.prompts < self.deferred[version]
+
+    def forget_deferred(self, keep: Any = lambda v: False) -> list[str]:
+        gone = sorted(v for v in self.deferred if not keep(v))
+        for v in gone:
+            del self.deferred[v]
+        return gone
+
+
+def test_a_deferred_check_neither_serves_nor_refuses_and_is_checked_again(
+    tmp_path: Path,
+) -> None:
+    """Contract test (stand-in guard). v2's check is deferred at 16 of the user's prompts:
+    v2 stays `ready` and unserved, the refusal run does not grow, and the publisher does
+    not pick it again while the prompts are missing (it would re-check it on every pass).
+    At 24 prompts it is checked again, though no check is due (`every`), and served.
+    Then v4 (on top of v3, refused) is deferred and the trainer goes back after v5 and v6
+    are refused (retreat_after 3, v4 not counted): v4, left on the old branch, is refused
+    with them and not checked again when the prompts come."""
+    with Store(tmp_path / "s.sqlite3") as store:
+        be = ServedOnlyScoring()
+        guard = DeferringGuard(["v2", "v4"], ["v3", "v5", "v6"])
+        restarts: list[str] = []
+
+        async def trainer_restarts(served: str) -> None:
+            restarts.append(served)
+
+        pub = Publisher(store, be, guard=guard, on_guard_refused=trainer_restarts,  # type: ignore[arg-type]
+                        retreat_after=3)  # fmt: skip
+
+        async def go() -> None:
+            assert await pub.publish(lineage(tmp_path, store, "v1", None, 1))
+            assert not await pub.publish(lineage(tmp_path, store, "v2", "v1", 2))
+            assert (be.active, pub.refused_in_row, pub.newest_ready()) == ("v1", 0, None)
+            assert "v2" not in be.versions  # released
+            guard.prompts, guard.is_due = 24, False
+            nxt = pub.newest_ready()
+            assert nxt is not None and nxt.version == "v2"
+            assert await pub.publish(nxt)  # checked again (the guard was not due)
+            assert be.active == "v2" and guard.checks == ["v1", "v2", "v2"]
+            guard.prompts, guard.is_due = 16, True
+            assert not await pub.publish(lineage(tmp_path, store, "v3", "v2", 3))
+            assert not await pub.publish(lineage(tmp_path, store, "v4", "v3", 4))
+            assert pub.refused_in_row == 1 and guard.deferred == {"v4": 24}
+            assert not await pub.publish(lineage(tmp_path, store, "v5", "v4", 5))
+            assert not await pub.publish(lineage(tmp_path, store, "v6", "v5", 6))
+            guard.prompts = 30
+            assert pub.newest_ready() is None
+
+        asyncio.run(go())
+        assert restarts == ["v2"] and guard.deferred == {}
+        status = {r.version: r.status for r in store.list_checkpoints()}
+        assert status == {"v1": "published", "v2": "published", "v3": "refused",
+                          "v4": "refused", "v5": "refused", "v6": "refused"}  # fmt: skip
 
 
 def lineage(tmp: Path, store: Store, version: str, parent: str | None, step: int) -> Any:
