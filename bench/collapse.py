@@ -28,6 +28,7 @@ Run: `CLAWRL_HOME=/tmp/clawrl-dev .venv/bin/python bench/collapse.py [--users u1
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
@@ -50,6 +51,7 @@ from clawrl_app.degeneration import score as degeneration  # noqa: E402
 from clawrl_app.engine.chat.formatter import ChatFormatter, eos_token_ids  # noqa: E402
 from clawrl_app.engine.judging.prompts import teacher_messages  # noqa: E402
 from clawrl_app.engine.judging.teacher_answer import MIN_HINT_GAIN, quotes  # noqa: E402
+from clawrl_app.engine.judging.teacher_cut import asks_for_less, cut_of  # noqa: E402
 from clawrl_app.engine.training.config import TrainerConfig  # noqa: E402
 from clawrl_app.engine.training.policy_forward import response_logprobs  # noqa: E402
 from clawrl_app.engine.training.train_data import TrainItem  # noqa: E402
@@ -331,7 +333,22 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
                 len(items), "s", p, resp, old, args.temperature, 1.0 if ok else -1.0, True,
                 teacher, "x", *(top or (None, None)),
             ))  # fmt: skip
-            if not ok and args.teacher_answers:
+            if not ok and args.teacher_answers == "cut" and asks_for_less(user.correction):
+                t_prompt = fmt.render(teacher_messages(m, user.correction))
+                body = resp[:-1] if stopped else resp
+                end = resp[-1] if stopped else fmt.tokenizer.eos_token_id
+
+                async def with_hint(r: list[int], t_prompt: list[int] = t_prompt) -> list[float]:
+                    with model.disable_adapter():
+                        return logprobs_of(model, t_prompt, r)
+
+                cut = asyncio.run(cut_of(body, end, fmt.decode, with_hint))
+                if cut is not None:  # the app's rule (judging/teacher_cut.py)
+                    items.append(TrainItem(
+                        len(items), "t", p, cut, logprobs_of(model, p, cut, args.temperature),
+                        args.temperature, 1.0, True, None, "x",
+                    ))  # fmt: skip
+            elif not ok and args.teacher_answers:
                 t_prompt = fmt.render(teacher_messages(m, user.correction))
                 with model.disable_adapter():
                     model.eval()
@@ -428,9 +445,10 @@ def main() -> int:
     )
     ap.add_argument(
         "--teacher-answers",
-        choices=["greedy", "sample"],
+        choices=["greedy", "sample", "cut"],
         default=None,
-        help="also train on the hinted base model's own answer (reward +1) for each rejected one",
+        help="also train on the hinted base model's own answer (reward +1) for each rejected "
+        "one; cut: on the rejected answer cut where that model would stop (judge.teacher_cut)",
     )
     ap.add_argument("--method", default="combine")
     ap.add_argument("--seed", type=int, default=0)

@@ -460,6 +460,7 @@ class Engine:
             events=self._emit,
             topk=self.judge_loop.topk,
             answer_tokens=self.judge_loop.answer_tokens,
+            cut=self.settings.judge.teacher_cut,
         )
 
     async def rollback(

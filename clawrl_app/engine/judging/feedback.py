@@ -18,7 +18,7 @@ from clawrl_app.engine.chat.formatter import ChatFormatter
 from clawrl_app.engine.chat.openai_schema import ApiError, reject_lone_surrogates
 from clawrl_app.engine.core.events import EventSink, TurnRated
 from clawrl_app.engine.judging.judge import teacher_logprobs, teacher_topk
-from clawrl_app.engine.judging.teacher_answer import teacher_answer
+from clawrl_app.engine.judging.teacher_answer import teacher_shows
 from clawrl_app.engine.store import JudgmentRow, Store, TurnRow
 
 
@@ -90,9 +90,11 @@ async def apply_feedback(
     events: EventSink | None = None,
     topk: int = 0,
     answer_tokens: int = 0,
+    cut: bool = False,
 ) -> JudgmentRow:
     """Record the rating (and hint with its teacher log-probs and, with `answer_tokens`,
-    the teacher's own answer under it); returns the judgment."""
+    the teacher's own answer under it; with `cut`, failing that, the answer cut where the
+    teacher would stop); returns the judgment."""
     turn = resolve_turn(store, fb)
     sample = next(
         (s for s in store.samples_for_session(turn.session_id) if s.turn_id == turn.id), None
@@ -106,11 +108,10 @@ async def apply_feedback(
         top = await teacher_topk(backend, formatter, turn, fb.hint, teacher_version, topk)
         if top is not None:
             store.set_teacher_topk(row.sample_id, *top)
-        shown = None  # the judge's answer was to the judge's hint, not this one
-        if answer_tokens:
-            shown = await teacher_answer(
-                backend, formatter, turn, fb.hint, teacher_version, answer_tokens
-            )
+        # the judge's answer was to the judge's hint, not this one
+        shown = await teacher_shows(
+            backend, formatter, turn, fb.hint, teacher_version, answer_tokens, cut
+        )
         store.set_teacher_answer(row.sample_id, shown)
     if before is not None and before.judge_score is not None:  # live judge/user agreement
         store.add_metric(row.sample_id, "judge/agreement", float(before.judge_score == fb.rating))

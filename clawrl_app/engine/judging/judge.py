@@ -34,7 +34,7 @@ from clawrl_app.engine.judging.prompts import (
     prm_messages,
     teacher_messages,
 )
-from clawrl_app.engine.judging.teacher_answer import teacher_answer
+from clawrl_app.engine.judging.teacher_answer import teacher_shows
 from clawrl_app.engine.judging.teacher_check import TeacherCheck
 from clawrl_app.engine.judging.votes import majority_vote, parse_boxed, parse_hint_vote, select_hint
 from clawrl_app.engine.store import SampleRow, Store, TurnRow
@@ -354,11 +354,10 @@ class JudgeLoop:
                     self.teacher_version(),
                     self.topk,
                 )
-                if self.answer_tokens:
-                    shown = await teacher_answer(
-                        self.backend, self.formatter, turn, str(verdict.hint),
-                        self.teacher_version(), self.answer_tokens,
-                    )  # fmt: skip
+                shown = await teacher_shows(
+                    self.backend, self.formatter, turn, str(verdict.hint),
+                    self.teacher_version(), self.answer_tokens, self.settings.teacher_cut,
+                )  # fmt: skip
         except Exception as exc:  # user plugin or judge endpoint failure: retried later
             self.failed += 1
             self.last_error = f"{type(exc).__name__}: {exc}"

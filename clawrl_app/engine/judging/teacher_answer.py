@@ -31,6 +31,7 @@ from clawrl_app.degeneration import ngrams, words
 from clawrl_app.degeneration import score as form_of
 from clawrl_app.engine.backends.greedy import NoRoom, greedy_tokens
 from clawrl_app.engine.judging.prompts import teacher_messages
+from clawrl_app.engine.judging.teacher_cut import teacher_cut
 from clawrl_app.engine.store.guard import plain_chat, request_budget
 
 if TYPE_CHECKING:
@@ -89,3 +90,23 @@ async def hint_gain(
     with_hint = await backend.score(hinted, ids, version)
     without = await backend.score(formatter.render(messages), ids, version)
     return statistics.fmean(with_hint) - statistics.fmean(without)
+
+
+async def teacher_shows(
+    backend: Backend,
+    formatter: ChatFormatter,
+    turn: TurnRow,
+    hint: str,
+    version: str | None,
+    answer_tokens: int,
+    cut: bool,
+) -> list[int] | None:
+    """The +1 sample the teacher shows for a hinted turn: its own answer (`answer_tokens`
+    > 0, `teacher_answer`), else, with `cut`, the turn's answer cut where it would stop
+    (`teacher_cut`); None."""
+    shown = None
+    if answer_tokens:
+        shown = await teacher_answer(backend, formatter, turn, hint, version, answer_tokens)
+    if shown is None and cut:
+        shown = await teacher_cut(backend, formatter, turn, hint, version)
+    return shown
