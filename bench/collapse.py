@@ -54,7 +54,7 @@ from clawrl_app.engine.judging.teacher_answer import MIN_HINT_GAIN, quotes  # no
 from clawrl_app.engine.judging.teacher_cut import asks_for_less, cut_of  # noqa: E402
 from clawrl_app.engine.training.config import TrainerConfig  # noqa: E402
 from clawrl_app.engine.training.policy_forward import response_logprobs  # noqa: E402
-from clawrl_app.engine.training.train_data import TrainItem  # noqa: E402
+from clawrl_app.engine.training.train_data import TrainItem, stop_pair  # noqa: E402
 from clawrl_app.engine.training.trainer import Trainer  # noqa: E402
 from clawrl_app.general_eval import is_correct, load_general_set, load_open_prompts  # noqa: E402
 from clawrl_app.models import resolve_model  # noqa: E402
@@ -343,11 +343,11 @@ def run(user: User, args: argparse.Namespace, model_path: Path) -> dict[str, Any
                         return logprobs_of(model, t_prompt, r)
 
                 cut = asyncio.run(cut_of(body, end, fmt.decode, with_hint))
-                if cut is not None:  # the app's rule (judging/teacher_cut.py)
-                    items.append(TrainItem(
-                        len(items), "t", p, cut, logprobs_of(model, p, cut, args.temperature),
-                        args.temperature, 1.0, True, None, "x",
-                    ))  # fmt: skip
+                if cut is not None:  # the app's rules (judging/teacher_cut.py, stop_pair)
+                    demo = TrainItem(len(items), "t", p, cut, [], args.temperature, 1.0, True,
+                                     None, "x", demonstration=True)  # fmt: skip
+                    pair = None if args.no_stop_pair else stop_pair(items[-1], demo)
+                    items[-1:] = list(pair) if pair is not None else [items[-1], demo]
             elif not ok and args.teacher_answers:
                 t_prompt = fmt.render(teacher_messages(m, user.correction))
                 with model.disable_adapter():
@@ -450,6 +450,9 @@ def main() -> int:
         help="also train on the hinted base model's own answer (reward +1) for each rejected "
         "one; cut: on the rejected answer cut where that model would stop (judge.teacher_cut)",
     )
+    ap.add_argument("--no-stop-pair", action="store_true",
+                    help="with --teacher-answers cut: train the cut and the answer whole, "
+                    "batch-mean baseline (before stop_pair)")  # fmt: skip
     ap.add_argument("--method", default="combine")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(

@@ -144,6 +144,14 @@ def response_logprobs(
         entropy_BT = torch.special.entr(probs_BTV, out=probs_BTV).sum(-1)  # (B, T)
         del probs_BTV
     mask_BT = (torch.arange(T, device=dev) >= T - resp_len_B[:, None]).to(f32)  # (B, T)
+    if any(it.span is not None for it in items):  # response positions [a, b) alone train
+        starts = [T - len(it.response_ids) for it in items]
+        spans = [it.span or (0, len(it.response_ids)) for it in items]
+        lo_B = torch.tensor([s + a for s, (a, _) in zip(starts, spans, strict=True)], device=dev)
+        hi_B = torch.tensor([s + b for s, (_, b) in zip(starts, spans, strict=True)], device=dev)
+        col_T = torch.arange(T, device=dev)  # (T,)
+        in_span_BT = (col_T >= lo_B[:, None]) & (col_T < hi_B[:, None])  # (B, T)
+        mask_BT = mask_BT * in_span_BT.to(f32)  # (B, T)
     old = [_left_pad(it.old_logprobs, T, 0.0) for it in items]
     old_BT = torch.tensor(old, dtype=f32, device=dev)  # (B, T)
     if any(it.demonstration for it in items):  # no behaviour log-probs: the policy's own now

@@ -9,6 +9,7 @@ only; r != 0 only -> RL only; neither -> no sample.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ class TrainItem:
     """The teacher's own answer to the turn's prompt (`judging/teacher_answer.py`), not a
     sample of the policy: no behaviour log-probs (`old_logprobs` is empty); the trainer takes
     the policy's current ones, so the ratio starts at 1 (`policy_forward`)."""
+    span: tuple[int, int] | None = None
+    """Response positions [a, b) the loss trains on (the others are context only); None:
+    all of them. A stop pair trains its one decision (`stop_pair`)."""
 
     @property
     def tokens(self) -> int:
@@ -157,6 +161,38 @@ def demonstration_item(item: TrainItem, judgment: JudgmentRow, method: str) -> T
         policy_version=item.policy_version,
         demonstration=True,
     )
+
+
+def stop_pair(item: TrainItem, demo: TrainItem) -> tuple[TrainItem, TrainItem] | None:
+    """`item` (a rejected answer) and `demo`, when `demo` is that answer cut short
+    (`judging/teacher_cut.py`: its first k tokens, then an end token), as the one decision
+    they differ in: at position k the cut ends (+1) and the answer went on (-1). Each
+    trains that position alone (`span`), and the pair is its own baseline (`centred`,
+    advantages +1 and -1): the rest of the answer is not pushed down token by token (in
+    one process that took the 40-question general score from 0.60 to 0.23 in four steps
+    on brevity/dozen), and the other rejected answers of the batch are not pushed down
+    for the contrast the pair brings. None when `demo` is not such a cut."""
+    k = len(demo.response_ids) - 1
+    if (
+        not demo.demonstration
+        or item.reward >= 0
+        or item.centred
+        or not 0 < k < len(item.response_ids)
+        or demo.response_ids[:k] != item.response_ids[:k]
+    ):
+        return None
+    own = dataclasses.replace(item, span=(k, k + 1), centred=True, reward=-1.0)
+    return own, dataclasses.replace(demo, span=(k, k + 1), centred=True, reward=1.0)
+
+
+def with_demonstration(
+    item: TrainItem, judgment: JudgmentRow, method: str
+) -> tuple[TrainItem, TrainItem | None]:
+    """`item` and the teacher's answer to its prompt (`demonstration_item`; None: none), as
+    a stop pair when that answer is `item`'s own cut short (`stop_pair`)."""
+    demo = demonstration_item(item, judgment, method)
+    pair = stop_pair(item, demo) if demo is not None else None
+    return pair if pair is not None else (item, demo)
 
 
 def is_centred(judgment: JudgmentRow) -> bool:

@@ -71,10 +71,10 @@ from clawrl_app.engine.training.train_data import (
     Skip,
     TrainItem,
     build_item,
-    demonstration_item,
     micro_batches,
     policy_age,
     teaches,
+    with_demonstration,
 )
 
 log = logging.getLogger("clawrl.trainer")
@@ -285,8 +285,8 @@ class Trainer:
             if isinstance(got, Skip):
                 store.set_sample_state(got.sample_id, "skipped", got.reason)
                 continue
+            got, demo = with_demonstration(got, judgment, method)
             items.append(got)
-            demo = demonstration_item(got, judgment, method)
             shown += [demo] if demo is not None else []
             if len(items) == self.cfg.batch_size:
                 break

@@ -171,3 +171,85 @@ def test_the_teacher_answer_must_carry_the_hint(
     kept, dropped, gain = asyncio.run(go())
     assert kept is not None and len(fmt.decode(kept).split()) <= 15 and gain >= 0.2
     assert dropped is None
+
+
+def test_an_answer_and_its_cut_are_a_stop_pair_that_trains_one_position() -> None:
+    """The cut (the answer's first 1 token, then an end token) and the rejected answer
+    differ at position 1: each trains that position alone, as their own baseline (+1 / -1,
+    centred). A teacher answer that is not a cut, a liked answer or an env turn is no pair;
+    `with_demonstration` pairs what it can."""
+    from clawrl_app.engine.training.train_data import stop_pair, with_demonstration
+
+    mine = own()  # response [4, 5], reward -1
+    cut = demonstration_item(mine, judgment([4, 2]), "combine")
+    assert cut is not None
+    pair = stop_pair(mine, cut)
+    assert pair is not None
+    a, b = pair
+    assert (a.response_ids, a.span, a.centred, a.reward) == ([4, 5], (1, 2), True, -1.0)
+    assert (b.response_ids, b.span, b.centred, b.reward) == ([4, 2], (1, 2), True, 1.0)
+    assert b.demonstration and a.old_logprobs == [-1.0, -2.0]
+    assert stop_pair(mine, demonstration_item(mine, judgment([8, 9, 2]), "combine")) is None  # type: ignore[arg-type]
+    assert stop_pair(mine, demonstration_item(mine, judgment([4, 5, 2]), "combine")) is None  # type: ignore[arg-type]
+    assert stop_pair(mine, demonstration_item(mine, judgment([2]), "combine")) is None  # type: ignore[arg-type]
+    assert stop_pair(own(reward=1.0), cut) is None
+    assert stop_pair(mine, mine) is None  # not a demonstration
+    assert with_demonstration(mine, judgment([4, 2]), "combine") == pair
+    plain, shown = with_demonstration(mine, judgment([8, 9, 2]), "combine")
+    assert plain == mine and shown is not None and shown.span is None
+    assert with_demonstration(mine, judgment(None), "combine") == (mine, None)
+
+
+def test_a_span_leaves_every_other_response_position_out_of_the_loss() -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from clawrl_app.engine.training.train_data import stop_pair
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2)  # fmt: skip
+    model = LlamaForCausalLM(cfg)
+    mine = TrainItem(7, "s", [1, 2, 3], [4, 5, 6, 7], [-1.0] * 4, 1.0, -1.0, True, None, "v2")
+    cut = demonstration_item(mine, judgment([4, 5, 2]), "combine")
+    pair = stop_pair(mine, cut)  # type: ignore[arg-type]
+    assert pair is not None
+    out = response_logprobs(model, [*pair, own()], "cpu")
+    assert out.mask_BT.tolist() == [
+        [0.0, 0.0, 1.0, 0.0],  # the answer's third token (it went on)
+        [0.0, 0.0, 0.0, 1.0],  # the cut's end token, its last (3 long, left-padded to 4)
+        [0.0, 0.0, 1.0, 1.0],  # an item without a span: its whole (2-token) response
+    ]
+
+
+@pytest.mark.slow
+def test_a_stop_pair_step_raises_the_end_where_the_cut_ends_and_nothing_else_moves_much(
+    tmp_path: Path, embedded_model: ResolvedModel
+) -> None:
+    """Four rejected 32-token answers, each with its cut after its first sentence: one step
+    on the four pairs makes the end token likelier right there, on each prompt; the
+    answer's tokens before the cut barely move (they are context only)."""
+    from clawrl_app.engine.training.train_data import stop_pair
+
+    tr = make_trainer(tmp_path, embedded_model)
+    tok, fmt = tr.tokenizer, ChatFormatter(tr.tokenizer)
+    end = [tok.eos_token_id]
+    first = list(tok("Plants make food from light.", add_special_tokens=False)["input_ids"])
+    rest = list(tok(" " + LONG, add_special_tokens=False)["input_ids"])[:24]
+    answer = first + rest
+    prompts = [fmt.render([{"role": "user", "content": q}]) for q in QUESTIONS[:4]]
+    items: list[TrainItem] = []
+    for k, p in enumerate(prompts):
+        mine = TrainItem(k, f"s{k}", p, answer, scored(tr, p, answer, 1.0), 1.0, -1.0, True,
+                         None, "base")  # fmt: skip
+        pair = stop_pair(mine, demonstration_item(mine, judgment(first + end), "combine"))  # type: ignore[arg-type]
+        assert pair is not None
+        items += list(pair)
+    stop_before = [scored(tr, p, first + end, 1.0)[-1] for p in prompts]
+    prefix_before = sum(scored(tr, prompts[0], first, 1.0))
+    metrics = tr.train_step(items)
+    assert metrics["optim/grad_norm"] > 0 and "optim/skipped" not in metrics
+    stop_after = [scored(tr, p, first + end, 1.0)[-1] for p in prompts]
+    assert all(a > b + 0.5 for a, b in zip(stop_after, stop_before, strict=True)), (
+        stop_before, stop_after,
+    )  # fmt: skip
+    assert abs(sum(scored(tr, prompts[0], first, 1.0)) - prefix_before) < 1.0
