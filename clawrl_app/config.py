@@ -172,7 +172,8 @@ class JudgeSettings(_Section):
     teacher_cut: bool = False
     """For a hint that asks for less ("shorter", "at most 15 words"), the policy's own answer
     cut at the first sentence end where the teacher reading the hint would stop trains as a
-    +1 sample beside the whole answer (when no teacher answer is kept; docs/learning.md)."""
+    +1 sample beside the whole answer (when no teacher answer is kept). Experimental: on the
+    embedded model it taught short but empty answers (docs/learning.md)."""
     custom_reward_path: str | None = None
     """A Python file defining reward(turn, next_state, context); it replaces the judge."""
 
