@@ -101,6 +101,10 @@ def main(phase: str, sharding: Sharding, out: Path, ckpt: Path | None) -> int:
             torch.save(opt_state, out / "optimizer.pt")
         else:
             assert state is None and opt_state is None
+        # rank 1 waits here, not inside step 2's first all-gather, while rank 0 writes: once
+        # (a fresh-clone `make test` beside two benchmarks, 2026-11-28) rank 1 aborted there
+        # ("terminate called without an active exception") as rank 0 finished writing
+        accelerator.wait_for_everyone()
     else:
         assert ckpt is not None
         saved = torch.load(ckpt / "optimizer.pt", weights_only=False) if ranks.main else None

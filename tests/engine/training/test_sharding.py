@@ -67,7 +67,8 @@ def test_one_process_saves_by_name_and_loads_names_or_positions() -> None:
 def _run(*args: str, world: int) -> None:
     launch = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"]
     cmd = [sys.executable, *(launch if world > 1 else []), str(WORKER), *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO),
+           "TORCH_SHOW_CPP_STACKTRACES": "1"}  # fmt: skip
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"{' '.join(args)} on {world}: {done.stderr[-4000:]}"
 
