@@ -35,6 +35,12 @@ pytestmark = pytest.mark.slow
 QUESTIONS = load_general_set()[:6]  # capitals and a sum: each has an `accept` answer
 OPEN = load_open_prompts()[:2]
 SETTINGS = GuardSettings(general_items=6, max_tokens=32, open_prompts=2, open_max_tokens=64)
+# only the rules on the user's prompts decide: 6 of them, margins 0.1, new loops off
+USER_PROMPTS_ONLY = GuardSettings(
+    general_items=0, open_prompts=0, open_max_tokens=64, user_form_items=6,
+    user_form_min_tokens=0, max_new_loops=1.0, max_degeneration_rise=0.1,
+    max_repetition_rise=0.1,
+)  # fmt: skip
 STEPS, LR = 6, 3e-3  # measured: loss 1.6 -> 0.04 in 6 steps; greedy answers then loop
 
 
@@ -215,11 +221,7 @@ def test_a_refusal_resting_on_one_answer_is_confirmed_on_the_next_prompts(
     model, tok = loaded_model
     fmt = ChatFormatter(tok)
     others = [i.question for i in load_general_set()[6:16]]  # never trained to loop
-    settings = GuardSettings(
-        general_items=0, open_prompts=0, open_max_tokens=64, user_form_items=6,
-        user_form_min_tokens=0, max_new_loops=1.0, max_degeneration_rise=0.1,
-        max_repetition_rise=0.1,
-    )  # fmt: skip
+    settings = USER_PROMPTS_ONLY
 
     def store_with(unbudgeted_older: bool, path: Path) -> Store:
         """12 turns, oldest first; the newest one unbudgeted (a looping question); with
@@ -296,11 +298,7 @@ def test_a_refusal_too_few_prompts_can_confirm_is_deferred_until_they_exist(
     model, tok = loaded_model
     fmt = ChatFormatter(tok)
     others = [i.question for i in load_general_set()[6:17]]  # never trained to loop
-    settings = GuardSettings(
-        general_items=0, open_prompts=0, open_max_tokens=64, user_form_items=6,
-        user_form_min_tokens=0, max_new_loops=1.0, max_degeneration_rise=0.1,
-        max_repetition_rise=0.1,
-    )  # fmt: skip
+    settings = USER_PROMPTS_ONLY
 
     def record(store: Store, text: str, budget: int | None) -> None:
         body: dict[str, Any] = {"messages": [{"role": "user", "content": text}]}
