@@ -1,0 +1,232 @@
+"""The regression guard's decision (pure): one version's scores, the verdict on a candidate
+against the served version, and the rules that make it (`decide`). The engine that answers
+and scores is `guard.RegressionGuard`; the rules on the user's own prompts are in
+`user_form`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from clawrl_app.engine.publishing.user_form import (
+    EPS,
+    allowed_new_loops,
+    new_loop_count,
+    refusing_rules,
+    too_many_new_loops,
+)
+
+if TYPE_CHECKING:
+    from clawrl_app.config import GuardSettings
+
+
+def _fig(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _count(share: float | None, n: int) -> str:
+    count = new_loop_count(share, n)
+    return "-" if count is None else f"{count} of {n}"
+
+
+@dataclass(frozen=True)
+class VersionScores:
+    """One version's scores; None where the set was empty (nothing to score)."""
+
+    version: str
+    personal: float | None = None
+    personal_n: int = 0
+    general: float | None = None
+    general_n: int = 0
+    degeneration: float | None = None
+    """Share of its general-check answers that are degenerate (loops, repeats)."""
+    degeneration_n: int = 0
+    """How many answers that share is of (questions + open prompts)."""
+    facts_any_form: float | None = None
+    """The general score with degenerate answers counted as a fact checker alone sees them
+    (None when the scores were reused from the store); shown for comparison, never decides."""
+    user_degeneration: float | None = None
+    """Share of its answers to the user's own newest prompts that are degenerate."""
+    base_user_degeneration: float | None = None
+    """The base model's share on the same prompts (what the former is held to)."""
+    user_n: int = 0
+    """How many of the user's prompts those shares are of."""
+    user_repetition: float | None = None
+    """Mean share of repeated 3-word phrases in its answers to the user's prompts (0: none):
+    a drift toward loops shows here before single answers turn degenerate."""
+    base_user_repetition: float | None = None
+    """The base model's mean on the same prompts."""
+    user_confirmed: bool = False
+    """A refusal resting on one of those answers was confirmed on the next prompts (the
+    figures are of both sets together)."""
+    new_loops: float | None = None
+    """Share of its answers (general check and the user's prompts) that are degenerate where
+    the base model's answer to the same prompt is not (`new_loops`)."""
+    new_loops_n: int = 0
+    """How many answers that share is of."""
+    flags: tuple[bool, ...] = ()
+    """Per general-check answer: degenerate (empty when the scores were reused)."""
+
+
+@dataclass(frozen=True)
+class GuardVerdict:
+    """The decision on one candidate against the served version."""
+
+    candidate: VersionScores
+    served: VersionScores
+    passed: bool
+    reasons: list[str] = field(default_factory=list)
+    base_degeneration: float | None = None
+    """The base model's degeneration rate the candidate's was held to (None: unknown)."""
+    min_personal_items: int = 1
+    """Fewest held-out turns for the personal score to decide."""
+    deferred_until: int = 0
+    """> 0: not decided. The refusal rests on one answer and the user had too few prompts
+    to confirm it; the version is neither served nor refused and is checked again once
+    this many of the user's prompts exist (`RegressionGuard.waiting`)."""
+
+    @property
+    def deferred(self) -> bool:
+        return self.deferred_until > 0
+
+    @property
+    def personal_decides(self) -> bool:
+        return self.candidate.personal_n >= self.min_personal_items
+
+    def summary(self) -> str:
+        c, s = self.candidate, self.served
+        turns = (
+            f"{c.personal_n} held-out turns"
+            if self.personal_decides
+            else f"{c.personal_n}/{self.min_personal_items} held-out turns, not deciding"
+        )
+        base = "" if self.base_degeneration is None else f"base {self.base_degeneration:.2f}; "
+        mine = (
+            f"; on your prompts {_fig(c.user_degeneration)} vs base "
+            f"{_fig(c.base_user_degeneration)}, repeats {_fig(c.user_repetition)} vs "
+            f"{_fig(c.base_user_repetition)} ({c.user_n} prompts"
+            f"{', confirmed' if c.user_confirmed else ''})"
+            if c.user_n
+            else ""
+        )
+        return (
+            f"{c.version} vs {s.version}: personal {_fig(c.personal)} vs {_fig(s.personal)} "
+            f"({turns}), general {_fig(c.general)} vs {_fig(s.general)} "
+            f"({c.general_n} questions), degeneration {_fig(c.degeneration)} vs "
+            f"{_fig(s.degeneration)} ({base}{c.degeneration_n} answers{mine}), new loops "
+            f"{_count(c.new_loops, c.new_loops_n)}"
+            + (
+                f"; deferred: rests on one answer, checked again at {self.deferred_until} "
+                "of your prompts"
+                if self.deferred
+                else ""
+            )
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The verdict as JSON for the status (admin API, Dashboard)."""
+        c, s = self.candidate, self.served
+        return {
+            "candidate": c.version,
+            "served": s.version,
+            "passed": self.passed,
+            "deferred_until": self.deferred_until,
+            "reasons": self.reasons,
+            "summary": self.summary(),
+            "personal": c.personal,
+            "personal_n": c.personal_n,
+            "personal_decides": self.personal_decides,
+            "general": c.general,
+            "degeneration": c.degeneration,
+            "served_personal": s.personal,
+            "served_general": s.general,
+            "served_degeneration": s.degeneration,
+            "base_degeneration": self.base_degeneration,
+            "user_degeneration": c.user_degeneration,
+            "base_user_degeneration": c.base_user_degeneration,
+            "user_prompts": c.user_n,
+            "user_confirmed": c.user_confirmed,
+            "user_repetition": c.user_repetition,
+            "base_user_repetition": c.base_user_repetition,
+            "new_loops": c.new_loops,
+            "new_loops_n": c.new_loops_n,
+        }
+
+
+def decide(
+    candidate: VersionScores,
+    served: VersionScores,
+    settings: GuardSettings,
+    base_general: float | None = None,
+    base_degeneration: float | None = None,
+) -> GuardVerdict:
+    """Refuse when a score drops, or the degeneration rate rises, by more than its setting
+    allows. The personal score is compared with the served version's and decides only with
+    at least `min_personal_items` held-out turns (fewer say too little: until then the
+    general check alone decides). The general score asks "did it forget what the model
+    knew?", so it is compared with the base model's (`base_general`; the served version's
+    when that is unknown): a chain of versions, each a little worse than the last, cannot
+    drift away, and a lucky high score of the served version (40 questions move in steps of
+    0.025) does not make every later version look like a regression. The degeneration rate
+    is held to the base model's (`base_degeneration`; else the served version's) for the
+    same reason, whatever the fact score says: a looping answer still names its fact. On
+    the user's own newest prompts (at least USER_FORM_MIN) the candidate's degeneration
+    rate is held to the base model's on the same prompts, with the same margin: the shipped
+    open prompts do not ask what this user asks; and so is the mean share of repeated
+    phrases in those answers (`max_repetition_rise`): a version drifting toward loops
+    repeats itself more on every answer before a few of them loop outright, which a rate of
+    8-12 answers sees only by luck. And the share of its answers that loop where the base's
+    answer to the same prompt does not (`max_new_loops`): a version trained to answer short
+    stops looping where the base ran long, which hides its new short loops in a rate (at most
+    that share of the answers, to the nearest whole answer: `allowed_new_loops`)."""
+    reasons = []
+    general_ref = base_general if base_general is not None else served.general
+    if (
+        candidate.personal is not None
+        and served.personal is not None
+        and candidate.personal_n >= settings.min_personal_items
+        and candidate.personal < served.personal - settings.max_personal_drop
+    ):
+        reasons.append(
+            f"personal score {candidate.personal:.2f} < {served.personal:.2f} - "
+            f"{settings.max_personal_drop:g} on {candidate.personal_n} held-out turns"
+        )
+    if (
+        candidate.general is not None
+        and general_ref is not None
+        and candidate.general < general_ref - settings.max_general_drop
+    ):
+        whose = "base's" if base_general is not None else f"{served.version}'s"
+        reasons.append(
+            f"general score {candidate.general:.2f} < {general_ref:.2f} ({whose}) - "
+            f"{settings.max_general_drop:g} on {candidate.general_n} questions"
+        )
+    form_ref = base_degeneration if base_degeneration is not None else served.degeneration
+    if (
+        candidate.degeneration is not None
+        and form_ref is not None
+        and candidate.degeneration - form_ref > settings.max_degeneration_rise + EPS
+    ):
+        whose = "base" if base_degeneration is not None else served.version
+        reasons.append(
+            f"degeneration {candidate.degeneration:.2f} vs {whose} {form_ref:.2f} "
+            f"(max rise {settings.max_degeneration_rise:g}) on {candidate.degeneration_n} answers"
+        )
+    c = candidate
+    for what, mine, base_mine, rise in refusing_rules(
+        c.user_degeneration, c.base_user_degeneration, c.user_repetition,
+        c.base_user_repetition, c.user_n, settings,
+    ):  # fmt: skip
+        reasons.append(
+            f"{what} on your own prompts {mine:.2f} vs base {base_mine:.2f} "
+            f"(max rise {rise:g}) on {c.user_n} prompts"
+        )
+    if too_many_new_loops(c.new_loops, c.new_loops_n, settings.max_new_loops):
+        most = allowed_new_loops(c.new_loops_n, settings.max_new_loops)
+        reasons.append(
+            f"new loops: {_count(c.new_loops, c.new_loops_n)} of its answers degenerate where "
+            f"the base's are not (at most {most}: {settings.max_new_loops:g} of them)"
+        )
+    return GuardVerdict(
+        candidate, served, not reasons, reasons, form_ref, settings.min_personal_items
+    )
