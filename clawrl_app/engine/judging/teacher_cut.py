@@ -99,11 +99,15 @@ def sentence_ends(ids: Sequence[int], decode: Callable[[list[int]], str]) -> lis
     return out
 
 
+def stops(logprob: float, min_p: float = MIN_STOP_P) -> bool:
+    """Whether the teacher would end here: its end token's log-prob is at least log `min_p`."""
+    return logprob >= math.log(min_p)
+
+
 def choose_cut(options: Sequence[tuple[int, float]], min_p: float = MIN_STOP_P) -> int | None:
     """Of (prefix length, the end token's log-prob there with the hint), in answer order,
-    the first where the teacher would stop with at least `min_p`; None."""
-    floor = math.log(min_p)
-    return next((i for i, lp in options if lp >= floor), None)
+    the first where the teacher would stop (`stops`); None."""
+    return next((i for i, lp in options if stops(lp, min_p)), None)
 
 
 ScoreFn = Callable[[list[int]], Awaitable[list[float]]]
@@ -123,7 +127,7 @@ async def cut_of(
         text = decode(list(ids[:i]))
         if len(text.split()) > MAX_SHARE * words:
             return None
-        if choose_cut([(i, (await with_hint([*ids[:i], end_id]))[-1])]) is not None:
+        if stops((await with_hint([*ids[:i], end_id]))[-1]):
             return None if form_of(text).degenerate else [*ids[:i], end_id]
     return None
 
