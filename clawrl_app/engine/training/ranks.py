@@ -10,7 +10,10 @@ With one process every helper here is the identity: no process group is needed.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -93,3 +96,26 @@ def barrier(ranks: Ranks) -> None:
     """Wait until every rank is here (a no-op with one process)."""
     if _distributed(ranks):
         torch.distributed.barrier()
+
+
+def end_rank(code: int) -> int:
+    """End this rank's process with `code`: `code` itself with one process; in a process
+    group, leave it and exit at once, without the interpreter's shutdown (`os._exit`, after
+    flushing the logs and stdio). Call it last, once every rank is past its last collective.
+
+    Why not a plain exit: gloo's worker threads drop a finished collective (and a barrier
+    the collectives it waited for) a moment after the caller has seen it finish. When that
+    happens while Python shuts down, the tensor they free needs the GIL of a finalizing
+    interpreter, the thread is unwound inside a noexcept destructor and the rank dies on
+    SIGABRT ("terminate called without an active exception"; core dump 2026-11-28:
+    `~AsyncBarrierWork -> ~AsyncAllgatherCoalescedWork -> decref_pyobject -> take_gil`
+    in `ProcessGroupGloo::runLoop`, beside `Py_FinalizeEx`). Without the shutdown there is
+    no such moment."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return code
+    torch.distributed.destroy_process_group()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken pipe
+            stream.flush()
+    os._exit(code)

@@ -50,6 +50,7 @@ from clawrl_app.engine.training.policy_forward import response_logprobs
 from clawrl_app.engine.training.ranks import (
     Ranks,
     broadcast,
+    end_rank,
     loss_scale,
     rank_share,
     sum_over_ranks,
@@ -584,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.device == "cpu":
         share_cpu_with_serving()
     Trainer(cfg).run()
-    return 0
+    return end_rank(0)  # several ranks: out of the process group without Python's shutdown
 
 
 def share_cpu_with_serving() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from clawrl_app.engine.training.ranks import Ranks, loss_scale, rank_share
+from clawrl_app.engine.training.ranks import Ranks, end_rank, loss_scale, rank_share
 from clawrl_app.engine.training.sharding import (
     Sharding,
     clip_grad_norm,
@@ -114,9 +114,7 @@ def main(phase: str, sharding: Sharding, out: Path, ckpt: Path | None) -> int:
     if ranks.main:
         torch.save(state, out / "step2.pt")
     accelerator.wait_for_everyone()
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
-    return 0
+    return end_rank(0)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import torch
 
 from clawrl_app.engine.training import trainer as trainer_module
 from clawrl_app.engine.training.config import TrainerConfig
-from clawrl_app.engine.training.ranks import broadcast
+from clawrl_app.engine.training.ranks import barrier, broadcast, end_rank
 from clawrl_app.engine.training.trainer import Trainer
 
 forwarded: list[int] = []  # the sample ids this rank ran forward/backward on
@@ -49,7 +49,8 @@ def main(config: str, out: str) -> int:
             },
             out,
         )
-    return 0
+    barrier(trainer.ranks)
+    return end_rank(0)
 
 
 if __name__ == "__main__":

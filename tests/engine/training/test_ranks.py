@@ -23,7 +23,7 @@ import torch
 from clawrl_app.engine.store import Store
 from clawrl_app.engine.training.config import TrainerConfig
 from clawrl_app.engine.training.rank_launch import RankGroup, exit_code, rank_env
-from clawrl_app.engine.training.ranks import Ranks, loss_scale, rank_share
+from clawrl_app.engine.training.ranks import Ranks, end_rank, loss_scale, rank_share
 from clawrl_app.engine.training.supervisor import TrainerSupervisor, launch_command
 from tests.engine.training.rank_fixtures import judged_store, tiny_llama
 
@@ -57,6 +57,13 @@ def test_ranks_from_env_and_the_launch_environment() -> None:
     with pytest.raises(SystemExit, match="bad rank"):
         Ranks.from_env({"RANK": "2", "WORLD_SIZE": "2"})
     assert exit_code(-9) == 137 and exit_code(3) == 3
+
+
+def test_one_process_ends_with_its_code_and_goes_on() -> None:
+    """Without a process group `end_rank` only returns the code (the caller exits normally);
+    with one, it exits at once: the 2-rank tests below end through it (exit code 0 checked)."""
+    assert not torch.distributed.is_initialized()
+    assert end_rank(0) == 0 and end_rank(3) == 3
 
 
 def test_several_trainer_gpus_launch_ranks_in_one_process_group(tmp_path: Path) -> None:
