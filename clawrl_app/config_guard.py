@@ -95,6 +95,10 @@ class EnvsSettings(_Section):
     step_judge: Literal["heuristic", "none"] = "none"
     """Per-turn scores besides the outcome: heuristic (a clean call +1, a broken or repeated
     one -1) or none (outcome only; learned more on the toolcall curriculum)."""
+    validation_per_family: int = Field(default=3, ge=0, le=64)
+    """Train tasks per family (at most a quarter of it) never rolled out but answered by
+    each served version during `env train`; at the end the version that solved most of
+    them is served if it beats the last. 0: the last version stays."""
 
     def tool_choice_for(self, env: str) -> ToolChoice:
         """The tool choice of `env`'s turns."""

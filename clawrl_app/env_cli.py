@@ -53,6 +53,11 @@ def add_env_parser(sub: Any) -> None:
         "--judge", choices=["heuristic", "none"],
         help="per-turn scores besides the outcome (default: [envs] step_judge, none)",
     )  # fmt: skip
+    t.add_argument(
+        "--validation", type=int, metavar="N",
+        help="train tasks per family set aside to keep the best version, 0: serve the last "
+        "(default: [envs] validation_per_family, 3)",
+    )  # fmt: skip
     _rollout_flags(t)
     i = esub.add_parser("import", help="copy a task pack (folder or .tar.gz) into your packs")
     i.add_argument("source", help="pack folder or .tar.gz (see docs/task-packs.md)")
@@ -322,6 +327,8 @@ def train_settings(
         max_tokens=args.max_tokens, judge=args.judge or envs.step_judge,
         reward_mode=args.reward_mode, seed=args.seed, env_settings=env_settings,
         families=tuple(args.family),
+        validation_per_family=envs.validation_per_family
+        if args.validation is None else args.validation,
     )  # fmt: skip
 
 
@@ -342,6 +349,7 @@ def _train(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) ->
                 args.name, client, _policy_factory(ep, args.name, args, cfg.temperature, loaded),
                 args.steps, cfg, on_round=lambda r, rep, made: print(round_line(r, rep, made),
                                                                      flush=True),
+                greedy_for=_policy_factory(ep, args.name, args, 0.0, loaded),
             )  # fmt: skip
         finally:
             client.close()
@@ -350,6 +358,9 @@ def _train(args: argparse.Namespace, loaded: LoadedSettings, paths: AppPaths) ->
         f"({total.successes} solved, {total.aborted} not trainable), {total.signal} of "
         f"{total.trainable} samples with a signal, {total.varied}/{total.groups} groups varied"
     )
+    if total.kept:
+        print(f"serving {total.kept}: it solved the most validation tasks (the trainer goes on "
+              "from it)")  # fmt: skip
     if total.groups and not total.varied:
         print(NO_SIGNAL)
     return 0
@@ -366,6 +377,8 @@ def round_line(r: int, rep: Any, made: int) -> str:
         f"{rep.signal} samples with a signal, "
         f"checkpoints {made}, {rep.seconds:.0f} s"
     )
+    if rep.validated:
+        line += f", validation {rep.validated[0]} {rep.validated[1]:.2f}"
     return line + (f"  ({NO_SIGNAL})" if share == 0 else "")
 
 

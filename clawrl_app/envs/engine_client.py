@@ -56,5 +56,10 @@ class EngineClient:
         out: dict[str, Any] = self._call("GET", "/admin/checkpoints")
         return out
 
+    def rollback(self, version: str) -> dict[str, Any]:
+        """Serve `version` ("base" or "vN"); the trainer goes on from it."""
+        out: dict[str, Any] = self._call("POST", "/admin/rollback", json={"version": version})
+        return out
+
     def close(self) -> None:
         self._http.close()

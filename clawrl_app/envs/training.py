@@ -52,6 +52,7 @@ class RolloutSettings:
     max_steps: int | None = None  # None: each task's own limit
     env_settings: dict[str, Any] = field(default_factory=dict)
     families: tuple[str, ...] = ()  # only these task families (empty: all)
+    validation_per_family: int = 0  # train tasks set aside to pick the best version (selection.py)
 
 
 def _never() -> bool:
@@ -93,6 +94,8 @@ class RoundReport:
     outcome_varied: int = 0  # of those, groups whose outcomes differ (some solved, some not)
     checkpoints: int = 0
     seconds: float = 0.0
+    validated: tuple[str, float] | None = None  # (version, validation success) after the round
+    kept: str | None = None  # the version served at the end instead of the last (totals)
 
     def add(self, other: RoundReport) -> None:
         names = ("episodes", "successes", "aborted", "samples", "trainable", "signal", "boxed",
@@ -197,6 +200,25 @@ def checkpoint_count(client: EngineClient) -> int:
     return len(client.checkpoints().get("data", []))
 
 
+DECIDED = ("published", "refused", "pruned")
+DECIDE_WAIT_S = 180.0
+"""Longest wait at the end of env training for the last checkpoint to be published or
+refused before the versions are compared (a checkpoint held for review stays "ready")."""
+
+
+def wait_decided(client: EngineClient, wait_s: float, poll_s: float = 2.0) -> bool:
+    """Wait up to `wait_s` until the newest checkpoint is published or refused (the
+    publisher decides a moment after the trainer saves); whether it was."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        rows = client.checkpoints().get("data", [])
+        if not rows or rows[0].get("status") in DECIDED:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+
+
 def train_env(
     env_name: str,
     client: EngineClient,
@@ -208,12 +230,23 @@ def train_env(
     max_rounds: int = 1000,
     wait_s: float = 600.0,
     hooks: RolloutHooks = NO_HOOKS,
+    greedy_for: Callable[[int], EndpointPolicy] | None = None,
 ) -> RoundReport:
     """Roll out until the engine's trainer has made `steps` new checkpoints; returns the
     totals (`checkpoints` = new ones). Stops with RuntimeError when the trainer makes no
-    checkpoint within `wait_s` of rollouts that gave it trainable samples."""
+    checkpoint within `wait_s` of rollouts that gave it trainable samples.
+
+    With `cfg.validation_per_family` and `greedy_for` (a temperature-0 policy), that many
+    train tasks per family are never rolled out but answered by each served version; at
+    the end the best of them is served if it beats the last (`selection.Validation`)."""
+    from clawrl_app.envs.selection import Validation, validation_split
+
     env = make_env(env_name, **cfg.env_settings)
-    tasks = split_tasks(env.tasks(), "train", cfg.families)
+    per_family = cfg.validation_per_family if greedy_for is not None else 0
+    tasks, held = validation_split(split_tasks(env.tasks(), "train", cfg.families), per_family)
+    validation = Validation(held)
+    if greedy_for is not None:
+        validation.check(env_name, client, greedy_for, cfg, hooks)
     rng = random.Random(cfg.seed)
     start = checkpoint_count(client)
     total = RoundReport()
@@ -226,6 +259,8 @@ def train_env(
         now_made = checkpoint_count(client) - start
         if now_made > made:
             made, last_progress = now_made, time.monotonic()
+        if greedy_for is not None:
+            rep.validated = validation.check(env_name, client, greedy_for, cfg, hooks)
         if on_round is not None:
             on_round(r, rep, made)
         if made >= steps or hooks.should_stop():
@@ -243,6 +278,10 @@ def train_env(
                 "(train.enabled) and the review mode auto? See `clawrl-app doctor`."
             )
     total.checkpoints = made
+    if greedy_for is not None and validation.tasks and not hooks.should_stop():
+        wait_decided(client, min(wait_s, DECIDE_WAIT_S))  # the last checkpoint scored too
+        validation.check(env_name, client, greedy_for, cfg, hooks)
+        total.kept = validation.keep_best(client)
     return total
 
 

@@ -24,6 +24,8 @@ def test_a_round_line_says_when_no_group_varied() -> None:
     line = round_line(1, mixed, 1)
     assert NO_SIGNAL not in line and "4 samples with a signal" in line
     assert "groups with variance 1/2 (1 in outcome)" in line
+    mixed.validated = ("v3", 5 / 9)
+    assert round_line(1, mixed, 1).endswith(", validation v3 0.56")
 
 
 @pytest.mark.parametrize("verbose", [False, True])
@@ -62,9 +64,12 @@ def test_env_train_takes_its_group_size_tasks_and_judge_from_envs_unless_given(
     envs = load_settings(tmp_path / "none.toml", env={}).settings.envs
     cfg = train_settings(parser.parse_args(["env", "train", "toolcall", "--steps", "1"]), envs, {})
     assert (cfg.group_size, cfg.tasks_per_round, cfg.judge) == (8, 6, "none")
+    assert cfg.validation_per_family == 3
     toml = tmp_path / "config.toml"
     toml.write_text('[envs]\ngroup_size = 4\ntasks_per_round = 2\nstep_judge = "heuristic"\n')
     envs = load_settings(toml, env={}).settings.envs
     args = parser.parse_args(["env", "train", "toolcall", "--steps", "1", "--group-size", "3"])
     cfg = train_settings(args, envs, {})
     assert (cfg.group_size, cfg.tasks_per_round, cfg.judge) == (3, 2, "heuristic")
+    args = parser.parse_args(["env", "train", "toolcall", "--steps", "1", "--validation", "0"])
+    assert train_settings(args, envs, {}).validation_per_family == 0

@@ -12,7 +12,8 @@ import pytest
 from clawrl_app.envs import make_env
 from clawrl_app.envs.endpoint_policy import EndpointPolicy
 from clawrl_app.envs.engine_client import EngineClient
-from clawrl_app.envs.training import RolloutSettings, run_round
+from clawrl_app.envs.selection import Validation, served_version
+from clawrl_app.envs.training import NO_HOOKS, RolloutSettings, run_round
 
 pytestmark = pytest.mark.slow
 
@@ -103,3 +104,31 @@ def test_forced_calls_are_recorded_as_asked_and_the_trainer_replays_their_gramma
         recorded = torch.tensor(turn.logprobs)
         assert torch.allclose(masked, recorded, atol=1e-3), (masked, recorded)
         assert (recorded - plain).max() > 1e-2  # the mask mattered somewhere
+
+
+def test_validation_scores_the_served_version_once_and_trains_on_nothing(engine: Any) -> None:
+    """Two validation tasks answered greedily through the endpoint: the served version gets
+    one score, a second check while it is still served asks nothing, and the episodes are
+    recorded as never trained."""
+    store = engine.engine.store
+    tasks = [t for t in make_env("toolcall").tasks() if t.family == "calc_one"][:2]
+    cfg = RolloutSettings(max_tokens=24, max_steps=1, temperature=0.0)
+    client = EngineClient(engine.base)
+
+    def greedy_for(seed: int) -> EndpointPolicy:
+        return EndpointPolicy(base_url=engine.url, env_name="toolcall", max_tokens=24,
+                              temperature=0.0, seed=seed)  # fmt: skip
+
+    before = {e.session_id for e in store.list_episodes(env="toolcall")}
+    validation = Validation(tasks)
+    try:
+        first = validation.check("toolcall", client, greedy_for, cfg, NO_HOOKS)
+        again = validation.check("toolcall", client, greedy_for, cfg, NO_HOOKS)
+        served = served_version(client)
+        kept = validation.keep_best(client)
+    finally:
+        client.close()
+    assert first is not None and first[0] == served == "base" and first[1] in (0.0, 0.5, 1.0)
+    assert again is None and validation.scores == [first] and kept is None
+    new = [e for e in store.list_episodes(env="toolcall") if e.session_id not in before]
+    assert len(new) == 2 and not any(e.trained for e in new)

@@ -368,7 +368,8 @@ class EnvJobs:
         return RolloutSettings(group_size=r.group_size or envs.group_size,
                                tasks_per_round=r.tasks_per_round or envs.tasks_per_round,
                                judge=envs.step_judge, max_tokens=r.max_tokens, seed=r.seed,
-                               families=r.families)  # fmt: skip
+                               families=r.families,
+                               validation_per_family=envs.validation_per_family)  # fmt: skip
 
     def _train(self, job: _Job, client: Any) -> None:
         from clawrl_app.envs.training import train_env
@@ -381,6 +382,7 @@ class EnvJobs:
         train_env(
             job.request.env, client, self._policy_for(job, cfg.temperature), job.request.steps,
             cfg, on_round=on_round, max_rounds=job.request.max_rounds, hooks=self._hooks(job),
+            greedy_for=self._policy_for(job, 0.0),
         )  # fmt: skip
 
     def _eval(self, job: _Job, client: Any) -> None:

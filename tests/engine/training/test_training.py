@@ -213,6 +213,28 @@ def test_rollback_and_roll_forward_switch_the_served_version(training_engine: An
     assert kinds.count("RolledBack") == 3
 
 
+def test_env_training_serves_the_version_best_on_validation(training_engine: Any) -> None:
+    """`Validation.keep_best` through the real admin route: the served version scored below
+    an earlier one is replaced by it (a rollback), then put back by hand."""
+    from clawrl_app.envs.engine_client import EngineClient
+    from clawrl_app.envs.selection import Validation, served_version
+
+    eng = training_engine.engine
+    wait_for(lambda: eng.backend.active_version is not None, timeout=120)
+    client = EngineClient(training_engine.url.removesuffix("/v1"))
+    try:
+        served = served_version(client)
+        other = next(c.version for c in eng.store.list_checkpoints() if c.version != served)
+        validation = Validation([], [(other, 0.6), (served, 0.2)])
+        assert validation.keep_best(client) == other
+        assert served_version(client) == other == eng.backend.active_version
+        assert Validation([], [(other, 0.2), (served, 0.2)]).keep_best(client) is None
+        client.rollback(served)
+        assert served_version(client) == served
+    finally:
+        client.close()
+
+
 def copy_store(src: Path, dst: Path) -> Path:
     """A consistent copy of a live WAL store (SQLite backup API)."""
     with sqlite3.connect(src) as a, sqlite3.connect(dst) as b:
