@@ -14,7 +14,11 @@ every env turn a forced tool call (`[envs] tool_choice = "required"`):
    the next round), a wait until it has made and published a checkpoint; then held-out
    success again. One line per round: train solved, groups with variance, checkpoints,
    served version, held-out success, training wall time;
-3. after the last round (or `--budget-min` of training wall time), the general score again.
+3. after the last round (or `--budget-min` of training wall time), the general score again;
+4. with `--validation N` (3 by default; 0: off), N train tasks per family are never rolled
+   out but answered greedily by each new served version (`envs/selection.py`, what `env
+   train` does); at the end the version that solved most of them is served if it beats the
+   last, and held-out success is measured again on it ("kept").
 
 Prints one markdown row per seed. Run: `CLAWRL_HOME=/tmp/clawrl-test-cache .venv/bin/python
 bench/envs.py --learn [--env toolcall] [--families calc_one,lookup_one,calc_two]
@@ -37,12 +41,15 @@ from clawrl_app.engine.engine_thread import EngineThread
 from clawrl_app.envs import make_env
 from clawrl_app.envs.endpoint_policy import EndpointPolicy
 from clawrl_app.envs.engine_client import EngineClient
+from clawrl_app.envs.selection import Validation, validation_split
 from clawrl_app.envs.training import (
+    NO_HOOKS,
     RolloutSettings,
     checkpoint_count,
     evaluate_env,
     run_round,
     split_tasks,
+    wait_decided,
 )
 from clawrl_app.general_eval import load_general_set, score_answers
 from clawrl_app.paths import app_paths
@@ -65,6 +72,9 @@ def add_learn_flags(ap: argparse.ArgumentParser) -> None:
                     help="--learn: keep each seed's app home (its store holds every episode)")  # fmt: skip
     ap.add_argument("--temperature", type=float, default=1.0,
                     help="--learn: the rollouts' sampling temperature")  # fmt: skip
+    ap.add_argument("--validation", type=int, default=3,
+                    help="--learn: train tasks per family set aside to keep the best version "
+                    "(0: keep the last)")  # fmt: skip
     ap.add_argument("--judge", choices=["heuristic", "none"], default="heuristic",
                     help="--learn: the step judge (none: outcome rewards only, so only "
                     "groups whose outcomes differ teach)")  # fmt: skip
@@ -153,7 +163,11 @@ def learn_seed(seed: int, args: argparse.Namespace, model_dir: Path) -> dict[str
         base, base_s = heldout()
         general0 = general_score(thread, alias, args.general_items)
         progress(f"seed {seed}: held-out before {base_s} ({base:.0%}), general {general0}")
-        tasks = split_tasks(make_env(name).tasks(), "train", families)
+        tasks, held = validation_split(
+            split_tasks(make_env(name).tasks(), "train", families), args.validation
+        )
+        validation = Validation(held)
+        validation.check(name, client, policy_for(0.0), cfg, NO_HOOKS)
         rng = random.Random(seed)
         train_s, rate, rate_s, best = 0.0, base, base_s, base
         for r in range(args.rounds):
@@ -168,6 +182,9 @@ def learn_seed(seed: int, args: argparse.Namespace, model_dir: Path) -> dict[str
             train_s += time.monotonic() - t0
             rate, rate_s = heldout()
             best = max(best, rate)
+            scored = validation.check(name, client, policy_for(0.0), cfg, NO_HOOKS)
+            if scored:
+                progress(f"seed {seed} round {r + 1}: validation {scored[0]} {scored[1]:.2f}")
             progress(
                 f"seed {seed} round {r + 1}: train {rep.successes}/{rep.episodes} solved, "
                 f"groups with variance {rep.varied}/{rep.groups} "
@@ -177,11 +194,25 @@ def learn_seed(seed: int, args: argparse.Namespace, model_dir: Path) -> dict[str
             )
             if train_s > args.budget_min * 60:
                 break
+        kept, kept_s, last_s = None, "-", f"{rate_s} ({rate:.0%})"
+        if validation.tasks:
+            wait_decided(client, args.wait_s)
+            validation.check(name, client, policy_for(0.0), cfg, NO_HOOKS)
+            progress(f"seed {seed}: {validation.line()}")
+            kept = validation.keep_best(client)
+            if kept is not None:
+                k_rate, k_s = heldout()
+                kept_s = f"{k_s} ({k_rate:.0%}, {kept})"
+            progress(f"seed {seed}: kept {kept or 'the last'}; held-out {kept_s}")
         general1 = general_score(thread, alias, args.general_items)
-        progress(f"seed {seed}: held-out after {rate_s} (best {best:.0%}), general {general1}")
+        progress(
+            f"seed {seed}: held-out after {last_s} (best {best:.0%}, kept {kept_s}), "
+            f"general {general1} (of what is served now)"
+        )
         out.update(
-            before=f"{base_s} ({base:.0%})", after=f"{rate_s} ({rate:.0%})",
-            best=f"{best:.0%}", rounds=r + 1, train_min=f"{train_s / 60:.1f}",
+            before=f"{base_s} ({base:.0%})", after=last_s,
+            best=f"{best:.0%}", rounds=r + 1, train_min=f"{train_s / 60:.1f}", kept=kept_s,
+            validation=validation.line(),
             general=f"{general0} -> {general1}",
             wall_min=f"{(time.monotonic() - t_start) / 60:.1f}",
         )  # fmt: skip
@@ -199,10 +230,12 @@ def learn_main(args: argparse.Namespace, model_dir: Path) -> int:
     rows = [learn_seed(int(s), args, model_dir) for s in args.seeds.split(",") if s.strip()]
     print(f"env {args.env}, families {args.families or 'all'}, {args.tasks_per_round} tasks x "
           f"{args.group_size} episodes a round, batch {args.batch_size}")  # fmt: skip
-    print("| seed | held-out before | held-out after | best | rounds | training min | "
+    print("| seed | held-out before | held-out after (last / kept) | best | rounds | training min | "
           "general before -> after | wall min |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['seed']} | {r['before']} | {r['after']} | {r['best']} | {r['rounds']} | "
-              f"{r['train_min']} | {r['general']} | {r['wall_min']} |")  # fmt: skip
+        print(f"| {r['seed']} | {r['before']} | {r['after']} / {r['kept']} | {r['best']} | "
+              f"{r['rounds']} | {r['train_min']} | {r['general']} | {r['wall_min']} |")  # fmt: skip
+    for r in rows:
+        print(f"seed {r['seed']}: {r['validation']}")
     return 0
