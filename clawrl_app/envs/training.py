@@ -245,8 +245,9 @@ def train_env(
     per_family = cfg.validation_per_family if greedy_for is not None else 0
     tasks, held = validation_split(split_tasks(env.tasks(), "train", cfg.families), per_family)
     validation = Validation(held)
+    quiet = RolloutHooks(should_stop=hooks.should_stop)  # not the round's episodes
     if greedy_for is not None:
-        validation.check(env_name, client, greedy_for, cfg, hooks)
+        validation.check(env_name, client, greedy_for, cfg, quiet)
     rng = random.Random(cfg.seed)
     start = checkpoint_count(client)
     total = RoundReport()
@@ -260,7 +261,7 @@ def train_env(
         if now_made > made:
             made, last_progress = now_made, time.monotonic()
         if greedy_for is not None:
-            rep.validated = validation.check(env_name, client, greedy_for, cfg, hooks)
+            rep.validated = validation.check(env_name, client, greedy_for, cfg, quiet)
         if on_round is not None:
             on_round(r, rep, made)
         if made >= steps or hooks.should_stop():
@@ -280,7 +281,7 @@ def train_env(
     total.checkpoints = made
     if greedy_for is not None and validation.tasks and not hooks.should_stop():
         wait_decided(client, min(wait_s, DECIDE_WAIT_S))  # the last checkpoint scored too
-        validation.check(env_name, client, greedy_for, cfg, hooks)
+        validation.check(env_name, client, greedy_for, cfg, quiet)
         total.kept = validation.keep_best(client)
     return total
 

@@ -13,6 +13,9 @@ import httpx
 import pytest
 
 from clawrl_app.engine.environments.jobs import round_figures
+from clawrl_app.envs import make_env
+from clawrl_app.envs.selection import validation_split
+from clawrl_app.envs.training import split_tasks
 from tests.conftest import start_engine
 
 pytestmark = pytest.mark.slow
@@ -51,6 +54,7 @@ def training_engine(embedded_model: Any, tmp_path_factory: pytest.TempPathFactor
         # a job's group size and tasks per round default to [envs] (8 and 6 otherwise)
         "CLAWRL_ENVS__GROUP_SIZE": "2",
         "CLAWRL_ENVS__TASKS_PER_ROUND": "1",
+        "CLAWRL_ENVS__VALIDATION_PER_FAMILY": "1",  # one calc_one task set aside
     }
     running = start_engine(tmp_path_factory.mktemp("env-jobs-home"), env)
     yield running
@@ -80,9 +84,16 @@ def test_a_training_job_records_its_rounds(training_engine: Any) -> None:
     rates = store.metrics("env/toolcall/success_rate")
     assert [m.value for m in rates] == [x["success_rate"] for x in job["rounds"]]
     assert job["live"] and job["live"]["turns"] and job["live"]["result"]
-    trained = [e for e in store.list_episodes(env="toolcall") if e.split == "train"]
-    assert len(trained) == job["episodes"] and all(e.trained for e in trained)
+    train_split = [e for e in store.list_episodes(env="toolcall") if e.split == "train"]
+    trained = [e for e in train_split if e.trained]
+    assert len(trained) == job["episodes"]
     assert all(e.task_id.startswith("calc_one-") for e in trained)  # only the family asked
+    # the validation task: answered by the base at least, never rolled out, never trained
+    calc_one = split_tasks(make_env("toolcall").tasks(), "train", ("calc_one",))
+    held = {t.id for t in validation_split(calc_one, 1)[1]}
+    validated = [e for e in train_split if not e.trained]
+    assert validated and {e.task_id for e in validated} == held
+    assert not held & {e.task_id for e in trained}
 
 
 def test_a_stopped_job_ends_and_trains_nothing_cut_off(
