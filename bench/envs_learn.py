@@ -43,8 +43,8 @@ from clawrl_app.envs.endpoint_policy import EndpointPolicy
 from clawrl_app.envs.engine_client import EngineClient
 from clawrl_app.envs.selection import Validation, validation_split
 from clawrl_app.envs.training import (
-    NO_HOOKS,
     RolloutSettings,
+    check_validation,
     checkpoint_count,
     evaluate_env,
     run_round,
@@ -167,7 +167,7 @@ def learn_seed(seed: int, args: argparse.Namespace, model_dir: Path) -> dict[str
             split_tasks(make_env(name).tasks(), "train", families), args.validation
         )
         validation = Validation(held)
-        validation.check(name, client, policy_for(0.0), cfg, NO_HOOKS)
+        check_validation(validation, name, client, policy_for(0.0), cfg)
         rng = random.Random(seed)
         train_s, rate, rate_s, best = 0.0, base, base_s, base
         for r in range(args.rounds):
@@ -182,7 +182,7 @@ def learn_seed(seed: int, args: argparse.Namespace, model_dir: Path) -> dict[str
             train_s += time.monotonic() - t0
             rate, rate_s = heldout()
             best = max(best, rate)
-            scored = validation.check(name, client, policy_for(0.0), cfg, NO_HOOKS)
+            scored = check_validation(validation, name, client, policy_for(0.0), cfg)
             if scored:
                 progress(f"seed {seed} round {r + 1}: validation {scored[0]} {scored[1]:.2f}")
             progress(
@@ -197,7 +197,7 @@ def learn_seed(seed: int, args: argparse.Namespace, model_dir: Path) -> dict[str
         kept, kept_s, last_s = None, "-", f"{rate_s} ({rate:.0%})"
         if validation.tasks:
             wait_decided(client, args.wait_s)
-            validation.check(name, client, policy_for(0.0), cfg, NO_HOOKS)
+            check_validation(validation, name, client, policy_for(0.0), cfg)
             progress(f"seed {seed}: {validation.line()}")
             kept = validation.keep_best(client)
             if kept is not None:

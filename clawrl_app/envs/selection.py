@@ -15,14 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from clawrl_app.envs.base import Task
 
 if TYPE_CHECKING:
-    from clawrl_app.envs.endpoint_policy import EndpointPolicy
     from clawrl_app.envs.engine_client import EngineClient
-    from clawrl_app.envs.training import RolloutHooks, RolloutSettings
 
 MIN_TRAIN_SHARE = 0.75
 """A family keeps at least this share of its train tasks for training."""
@@ -72,24 +70,18 @@ class Validation:
     """(version, share of the validation tasks solved), in the order checked."""
 
     def check(
-        self,
-        env_name: str,
-        client: EngineClient,
-        greedy_for: Callable[[int], EndpointPolicy],
-        cfg: RolloutSettings,
-        hooks: RolloutHooks,
+        self, client: EngineClient, answer: Callable[[list[Task]], Any]
     ) -> tuple[str, float] | None:
-        """Score the served version once (one greedy episode per task, recorded, never
-        trained); None when it was scored before, or when the served version changed while
-        the tasks were answered (the answers were not all one version's)."""
-        from clawrl_app.envs.training import run_round
-
+        """Score the served version once: `answer(tasks)` plays one greedy episode per task,
+        recorded, never trained (`training.check_validation`), and returns a report with
+        `successes` and `episodes`. None when the version was scored before, or when the
+        served version changed while the tasks were answered (not all one version's)."""
         if not self.tasks:
             return None
         served = served_version(client)
         if served in dict(self.scores):
             return None
-        rep = run_round(env_name, self.tasks, client, greedy_for, cfg, train=False, hooks=hooks)
+        rep = answer(self.tasks)
         if served_version(client) != served or rep.episodes < len(self.tasks):
             return None
         scored = (served, rep.successes / rep.episodes)

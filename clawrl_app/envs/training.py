@@ -28,6 +28,7 @@ from clawrl_app.envs.base import Episode, Task, TurnRecord
 from clawrl_app.envs.endpoint_policy import EndpointPolicy
 from clawrl_app.envs.engine_client import EngineClient
 from clawrl_app.envs.recording import group_payload
+from clawrl_app.envs.selection import Validation, validation_split
 
 NO_SIGNAL = "every group scored the same: this model gets no signal from this env"
 NO_SIGNAL_ROUNDS = 5
@@ -239,15 +240,13 @@ def train_env(
     With `cfg.validation_per_family` and `greedy_for` (a temperature-0 policy), that many
     train tasks per family are never rolled out but answered by each served version; at
     the end the best of them is served if it beats the last (`selection.Validation`)."""
-    from clawrl_app.envs.selection import Validation, validation_split
-
     env = make_env(env_name, **cfg.env_settings)
     per_family = cfg.validation_per_family if greedy_for is not None else 0
     tasks, held = validation_split(split_tasks(env.tasks(), "train", cfg.families), per_family)
     validation = Validation(held)
     quiet = RolloutHooks(should_stop=hooks.should_stop)  # not the round's episodes
     if greedy_for is not None:
-        validation.check(env_name, client, greedy_for, cfg, quiet)
+        check_validation(validation, env_name, client, greedy_for, cfg, quiet)
     rng = random.Random(cfg.seed)
     start = checkpoint_count(client)
     total = RoundReport()
@@ -261,7 +260,7 @@ def train_env(
         if now_made > made:
             made, last_progress = now_made, time.monotonic()
         if greedy_for is not None:
-            rep.validated = validation.check(env_name, client, greedy_for, cfg, quiet)
+            rep.validated = check_validation(validation, env_name, client, greedy_for, cfg, quiet)
         if on_round is not None:
             on_round(r, rep, made)
         if made >= steps or hooks.should_stop():
@@ -281,9 +280,24 @@ def train_env(
     total.checkpoints = made
     if greedy_for is not None and validation.tasks and not hooks.should_stop():
         wait_decided(client, min(wait_s, DECIDE_WAIT_S))  # the last checkpoint scored too
-        validation.check(env_name, client, greedy_for, cfg, quiet)
+        check_validation(validation, env_name, client, greedy_for, cfg, quiet)
         total.kept = validation.keep_best(client)
     return total
+
+
+def check_validation(
+    validation: Validation,
+    env_name: str,
+    client: EngineClient,
+    greedy_for: Callable[[int], EndpointPolicy],
+    cfg: RolloutSettings,
+    hooks: RolloutHooks = NO_HOOKS,
+) -> tuple[str, float] | None:
+    """`validation.check` with its tasks played greedily once each (recorded, not trained)."""
+    return validation.check(
+        client,
+        lambda tasks: run_round(env_name, tasks, client, greedy_for, cfg, train=False, hooks=hooks),
+    )
 
 
 def evaluate_env(

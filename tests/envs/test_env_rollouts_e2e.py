@@ -13,7 +13,7 @@ from clawrl_app.envs import make_env
 from clawrl_app.envs.endpoint_policy import EndpointPolicy
 from clawrl_app.envs.engine_client import EngineClient
 from clawrl_app.envs.selection import Validation, served_version
-from clawrl_app.envs.training import NO_HOOKS, RolloutSettings, run_round
+from clawrl_app.envs.training import RolloutSettings, check_validation, run_round
 
 pytestmark = pytest.mark.slow
 
@@ -122,8 +122,8 @@ def test_validation_scores_the_served_version_once_and_trains_on_nothing(engine:
     before = {e.session_id for e in store.list_episodes(env="toolcall")}
     validation = Validation(tasks)
     try:
-        first = validation.check("toolcall", client, greedy_for, cfg, NO_HOOKS)
-        again = validation.check("toolcall", client, greedy_for, cfg, NO_HOOKS)
+        first = check_validation(validation, "toolcall", client, greedy_for, cfg)
+        again = check_validation(validation, "toolcall", client, greedy_for, cfg)
         served = served_version(client)
         kept = validation.keep_best(client)
     finally:
