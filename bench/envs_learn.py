@@ -43,6 +43,7 @@ from clawrl_app.envs.endpoint_policy import EndpointPolicy
 from clawrl_app.envs.engine_client import EngineClient
 from clawrl_app.envs.selection import Validation, validation_split
 from clawrl_app.envs.training import (
+    DECIDED,
     RolloutSettings,
     check_validation,
     checkpoint_count,
@@ -117,7 +118,7 @@ def wait_checkpoint(client: EngineClient, before: int, wait_s: float) -> str:
     while time.monotonic() < deadline:
         cps = client.checkpoints()
         rows = cps.get("data", [])
-        if len(rows) > before and rows[0]["status"] in ("published", "refused", "pruned"):
+        if len(rows) > before and rows[0]["status"] in DECIDED:
             return str(cps.get("served"))
         time.sleep(2.0)
     return str(client.checkpoints().get("served"))

@@ -50,11 +50,10 @@ def best_to_keep(scores: Sequence[tuple[str, float]], served: str) -> str | None
     equals) when it scores strictly more than `served`; None to keep `served` (also when
     `served` was never scored: nothing to compare it with)."""
     by_version = dict(scores)
-    if served not in by_version or not scores:
+    if served not in by_version:
         return None
-    order = {v: i for i, (v, _) in enumerate(scores)}
-    best = max(by_version, key=lambda v: (by_version[v], order[v]))
-    return best if by_version[best] > by_version[served] else None
+    best, top = max(reversed(scores), key=lambda s: s[1])  # max keeps the first: the later
+    return best if top > by_version[served] else None
 
 
 def served_version(client: EngineClient) -> str:

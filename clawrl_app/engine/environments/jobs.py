@@ -347,10 +347,10 @@ class EnvJobs:
             if rep is not None and rep.groups:
                 row["groups"], row["varied"] = rep.groups, rep.varied
                 row["outcome_varied"] = rep.outcome_varied
-            if rep is not None and rep.validated:
-                row["validation"] = {"version": rep.validated[0], "success": rep.validated[1]}
                 job.groups += rep.groups
                 job.varied += rep.varied
+            if rep is not None and rep.validated:
+                row["validation"] = {"version": rep.validated[0], "success": rep.validated[1]}
             job.rounds.append(row)
             job.pending = []
             job.checkpoints = checkpoints
