@@ -28,6 +28,7 @@ bench/envs.py --learn [--env toolcall] [--families calc_one,lookup_one,calc_two]
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import shutil
 import sys
@@ -39,11 +40,13 @@ from typing import Any
 from clawrl_app.config import load_settings
 from clawrl_app.engine.engine_thread import EngineThread
 from clawrl_app.envs import make_env
+from clawrl_app.envs.base import Episode, Task
 from clawrl_app.envs.endpoint_policy import EndpointPolicy
 from clawrl_app.envs.engine_client import EngineClient
 from clawrl_app.envs.selection import Validation, validation_split
 from clawrl_app.envs.training import (
     DECIDED,
+    RolloutHooks,
     RolloutSettings,
     check_validation,
     checkpoint_count,
@@ -73,6 +76,8 @@ def add_learn_flags(ap: argparse.ArgumentParser) -> None:
                     help="--learn: keep each seed's app home (its store holds every episode)")  # fmt: skip
     ap.add_argument("--temperature", type=float, default=1.0,
                     help="--learn: the rollouts' sampling temperature")  # fmt: skip
+    ap.add_argument("--show-failures", action="store_true",
+                    help="--learn: print each unsolved held-out task and the calls made")  # fmt: skip
     ap.add_argument("--validation", type=int, default=3,
                     help="--learn: train tasks per family set aside to keep the best version "
                     "(0: keep the last)")  # fmt: skip
@@ -155,7 +160,15 @@ def learn_seed(seed: int, args: argparse.Namespace, model_dir: Path) -> dict[str
         )  # fmt: skip
 
     def heldout() -> tuple[float, str]:
-        rate, rep = evaluate_env(name, client, policy_for(0.0), cfg, limit=args.heldout_limit)
+        seen: list[tuple[Task, Episode]] = []
+        hooks = RolloutHooks(on_episode=lambda task, ep: seen.append((task, ep)))
+        rate, rep = evaluate_env(
+            name, client, policy_for(0.0), cfg, limit=args.heldout_limit, hooks=hooks
+        )
+        progress(f"seed {seed}: held-out {family_line(seen)}")
+        if args.show_failures:
+            for line in failure_lines(seen):
+                progress(f"seed {seed}:   {line}")
         return rate, f"{rep.successes}/{rep.episodes}"
 
     out: dict[str, Any] = {"seed": seed}
@@ -224,6 +237,38 @@ def learn_seed(seed: int, args: argparse.Namespace, model_dir: Path) -> dict[str
             progress(f"seed {seed}: app home kept at {home}")
         else:
             shutil.rmtree(home, ignore_errors=True)
+    return out
+
+
+def _solved(ep: Episode) -> bool:
+    return ep.verdict is not None and ep.verdict.success
+
+
+def family_line(seen: list[tuple[Task, Episode]]) -> str:
+    """Held-out success per family: "calc_one 3/6, lookup_one 2/6"."""
+    per: dict[str, list[int]] = {}
+    for task, ep in seen:
+        n = per.setdefault(task.family or "-", [0, 0])
+        n[0] += _solved(ep)
+        n[1] += 1
+    return ", ".join(f"{fam} {a}/{b}" for fam, (a, b) in sorted(per.items()))
+
+
+def failure_lines(seen: list[tuple[Task, Episode]]) -> list[str]:
+    """Each unsolved task: its prompt, then the calls the model made (or its text)."""
+    out = []
+    for task, ep in sorted(seen, key=lambda te: te[0].id):
+        if _solved(ep):
+            continue
+        made = [
+            f"{a.tool}({json.dumps(a.arguments, sort_keys=True)})" if a.tool else repr(a.text[:60])
+            for t in ep.turns
+            for a in t.actions
+        ] or [repr(t.response_text[:60]) for t in ep.turns]
+        want = task.data.get("answer", "?")
+        out.append(
+            f"{task.id} {task.instruction[:70]!r} (answer {want}): {' ; '.join(made)} [{ep.reason}]"
+        )
     return out
 
 
