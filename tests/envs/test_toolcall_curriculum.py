@@ -67,6 +67,31 @@ def test_a_one_step_task_ends_at_its_first_call_with_the_result_as_the_answer() 
     assert "exactly one tool call" in env.system_prompt(lookup)
 
 
+def test_a_one_step_task_scores_no_guess_above_a_real_try() -> None:
+    """Before: `final_answer("10.0")` on a lookup task scored -0.5 (an answer in the asked
+    form) and a lookup of a misspelt key -1, so training taught the model to guess (seed 1,
+    round 2: every held-out lookup answered by final_answer)."""
+    env = make_env("toolcall")
+    lookup = next(t for t in env.tasks() if t.family == "lookup_one")
+    assert [s.name for s in env.tool_specs(lookup)] == ["lookup", "calculator"]
+    calc = next(t for t in env.tasks() if t.family == "calc_one")
+    assert [s.name for s in env.tool_specs(calc)] == ["calculator"]
+    two = next(t for t in env.tasks() if t.family == "calc_two")
+    assert [s.name for s in env.tool_specs(two)] == ["calculator", "final_answer"]
+    key = lookup.data["oracle"][0]["arguments"]["key"]
+
+    def reward(action: dict) -> float | None:  # type: ignore[type-arg]
+        return run_episode(make_env("toolcall"), lookup, ScriptedPolicy([action])).outcome_reward
+
+    misspelt = reward(tool_call("lookup", key=key[:-1] + "_x"))
+    wrong_tool = reward(tool_call("calculator", expression="2 * 5"))
+    assert reward(tool_call("lookup", key=key)) == 1.0
+    assert wrong_tool == misspelt == -1.0  # a number from the wrong tool earns no bonus
+    env.reset(lookup)
+    env.final_answer("Answer: \\boxed{10}")  # text instead of a call
+    assert env.outcome_reward(env.evaluate()) == -1.0
+
+
 def test_the_two_step_family_needs_final_answer_after_the_call() -> None:
     env = make_env("toolcall")
     task = next(t for t in env.tasks() if t.family == "calc_two")

@@ -119,9 +119,10 @@ class ToolcallEnv:
         return list(load_tasks(self.data_dir))
 
     def tool_specs(self, task: Task) -> list[ToolSpec]:
-        return [TOOLS[t] for t in task.data.get("tools", ["calculator"]) if t in TOOLS] + [
-            TOOLS["final_answer"]
-        ]
+        own = [TOOLS[t] for t in task.data.get("tools", ["calculator"]) if t in TOOLS]
+        # a one-step task's answer is its call's result: `final_answer` there would only be a
+        # guess, and a guess must not score above a real try (issue #27, 2026-11-28)
+        return own if task.data.get("one_step") else [*own, TOOLS["final_answer"]]
 
     def system_prompt(self, task: Task) -> str:
         names = ", ".join(s.name for s in self.tool_specs(task))
@@ -145,9 +146,12 @@ class ToolcallEnv:
     def step(self, action: Action) -> StepResult:
         out = self._run_tool(action)
         if self.task is not None and self.task.data.get("one_step") and not out.done:
-            # a one-step task (the curriculum): the first call's result is the answer
+            # a one-step task (the curriculum): the first call's result is the answer; the
+            # format bonus only for a result of the tool the task needs (a number from the
+            # calculator on a lookup task is a guess, not a try)
             self.answer = None if out.observation.error else out.observation.text.strip()
-            self.boxed = self.answer is not None  # a result in the asked form (format bonus)
+            needed = {c.get("tool") for c in self.task.data.get("oracle", [])}
+            self.boxed = self.answer is not None and (not needed or action.tool in needed)
             return StepResult(out.observation, done=True)
         return out
 
@@ -172,7 +176,9 @@ class ToolcallEnv:
 
     def final_answer(self, text: str) -> StepResult | None:
         self.answer = final_answer_text(text)
-        self.boxed = last_boxed(text) is not None
+        # a one-step task asks for a call: a boxed guess gets no format bonus there
+        one_step = self.task is not None and self.task.data.get("one_step")
+        self.boxed = last_boxed(text) is not None and not one_step
         note = "no answer found" if self.answer is None else f"final answer: {self.answer}"
         return StepResult(Observation(note), done=True)
 
