@@ -55,7 +55,10 @@ def test_a_one_step_task_ends_at_its_first_call_with_the_result_as_the_answer() 
     wrong = run_episode(
         make_env("toolcall"), task, ScriptedPolicy([tool_call("calculator", expression="1 + 1")])
     )
-    assert wrong.outcome_reward == -0.5 and len(wrong.turns) == 1  # answered, in the asked form
+    # a wrong result earns no format bonus on a one-step task: `calculator("17")` (a copy
+    # of the first number) would otherwise beat a real try that fails
+    assert wrong.outcome_reward == -1.0 and len(wrong.turns) == 1
+    assert wrong.verdict and wrong.verdict.details["boxed"]  # still reported as answered
     bad = run_episode(
         make_env("toolcall"), task, ScriptedPolicy([tool_call("calculator", expression="1 +")])
     )
@@ -70,7 +73,8 @@ def test_a_one_step_task_ends_at_its_first_call_with_the_result_as_the_answer() 
 def test_a_one_step_task_scores_no_guess_above_a_real_try() -> None:
     """Before: `final_answer("10.0")` on a lookup task scored -0.5 (an answer in the asked
     form) and a lookup of a misspelt key -1, so training taught the model to guess (seed 1,
-    round 2: every held-out lookup answered by final_answer)."""
+    round 2: every held-out lookup answered by final_answer). One-step tasks offer only
+    their own tools and score +1 or -1."""
     env = make_env("toolcall")
     lookup = next(t for t in env.tasks() if t.family == "lookup_one")
     assert [s.name for s in env.tool_specs(lookup)] == ["lookup", "calculator"]

@@ -146,9 +146,9 @@ class ToolcallEnv:
     def step(self, action: Action) -> StepResult:
         out = self._run_tool(action)
         if self.task is not None and self.task.data.get("one_step") and not out.done:
-            # a one-step task (the curriculum): the first call's result is the answer; the
-            # format bonus only for a result of the tool the task needs (a number from the
-            # calculator on a lookup task is a guess, not a try)
+            # a one-step task (the curriculum): the first call's result is the answer; "in
+            # the asked form" (reported, never rewarded here) only for a result of the tool
+            # the task needs
             self.answer = None if out.observation.error else out.observation.text.strip()
             needed = {c.get("tool") for c in self.task.data.get("oracle", [])}
             self.boxed = self.answer is not None and (not needed or action.tool in needed)
@@ -193,7 +193,12 @@ class ToolcallEnv:
         return Verdict(1.0 if ok else 0.0, ok, details)
 
     def outcome_reward(self, verdict: Verdict) -> float:
-        if verdict.success or not verdict.details.get("boxed"):
+        one_step = self.task is not None and self.task.data.get("one_step")
+        if verdict.success or not verdict.details.get("boxed") or one_step:
+            # one-step tasks: no format bonus (their form is the forced call itself; the
+            # bonus paid -0.5 for `calculator("17")`, a copy of the first number, above
+            # -1 for a real but garbled try, and training converged on copying: seed 0,
+            # 2026-11-28, held-out calc_one 3/6 -> 0/6)
             return binary_reward(verdict.success)
         return -1.0 + self.format_bonus
 
