@@ -488,7 +488,9 @@ def run_persona(
         with contextlib.suppress(Exception):
             watcher.stop()
         et.stop()
-        if not args.keep_home:  # its F16 copy of the model alone is ~270 MB
+        if sys.exc_info()[0] is not None:  # a failed run keeps its logs and store to read
+            print(f"[{persona.slug}] failed: engine home kept at {home}", file=sys.stderr)
+        elif not args.keep_home:  # its F16 copy of the model alone is ~270 MB
             shutil.rmtree(home, ignore_errors=True)
 
 
