@@ -241,7 +241,8 @@ def learn_seed(seed: int, args: argparse.Namespace, model_dir: Path) -> dict[str
 
 
 def _solved(ep: Episode) -> bool:
-    return ep.verdict is not None and ep.verdict.success
+    """Counted as `run_round` counts successes (an aborted episode is not one)."""
+    return ep.verdict is not None and ep.verdict.success and ep.trainable
 
 
 def family_line(seen: list[tuple[Task, Episode]]) -> str:
