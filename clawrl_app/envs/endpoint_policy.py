@@ -32,6 +32,11 @@ class EndpointPolicy:
     model: str = "clawrl"
     api_key: str | None = None
     temperature: float = 1.0
+    top_p: float = 1.0
+    """Sent with every request: a rollout samples from the whole distribution (upstream's
+    rollout default), not the nucleus the endpoint's defaults would apply to a request that
+    omits it (the embedded model's 0.9 leaves a small model's tool calls nearly
+    deterministic, so a group's episodes all score the same)."""
     max_tokens: int | None = 256
     """None: the endpoint's default (`server.default_max_tokens`)."""
     seed: int | None = None
@@ -60,6 +65,7 @@ class EndpointPolicy:
             "model": self.model,
             "messages": messages,
             "temperature": self.temperature,
+            "top_p": self.top_p,
             "extra_headers": {
                 "X-Session-Id": session_id,
                 "X-Session-Source": f"env:{self.env_name}",

@@ -42,6 +42,8 @@ def test_a_rollout_group_of_the_embedded_model_lands_in_the_store(engine: Any) -
         assert len(turns) == ep.turns == 1  # one turn each (max_steps=1) keeps it quick
         assert all(t.response_ids and len(t.logprobs) == len(t.response_ids) for t in turns)
         assert all(t.request["messages"][1]["content"] == task.instruction for t in turns)
+        # a rollout samples the whole distribution, not the endpoint's default nucleus
+        assert all((t.request["temperature"], t.request["top_p"]) == (1.0, 1.0) for t in turns)
         samples = sorted(store.samples_for_session(ep.session_id), key=lambda s: s.turn_id)
         assert [s.state for s in samples] == ["judged"] * len(turns)
         assert all(s.next_state_text for s in samples)  # the env's observation
