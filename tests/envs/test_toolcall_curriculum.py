@@ -10,6 +10,7 @@ from clawrl_app.envs import make_env
 from clawrl_app.envs.base import EpisodeStatus
 from clawrl_app.envs.policies import ScriptedPolicy, tool_call
 from clawrl_app.envs.runner import run_episode
+from clawrl_app.envs.toolcall.calculator import calculate, format_number
 from clawrl_app.envs.toolcall.curriculum import CALC_HELDOUT, CALC_TRAIN, LOOKUP_HELDOUT
 
 CURRICULUM = ("calc_one", "lookup_one", "calc_two")
@@ -113,3 +114,25 @@ def test_the_two_step_family_needs_final_answer_after_the_call() -> None:
     )
     assert solved.outcome_reward == 1.0 and len(solved.turns) == 2
     assert "final_answer" in env.system_prompt(task)
+
+
+def test_the_two_step_bonus_pays_only_for_the_calculators_result_passed_on() -> None:
+    """At top-p 1 seed 1 learned to end calc_two episodes with `final_answer("123")` (alone or
+    after a call): -0.5 like any wrong answer in the asked form. The bonus now needs the
+    answer to be what the calculator returned in the episode."""
+    task = next(t for t in make_env("toolcall").tasks() if t.family == "calc_two")
+    expr = task.data["oracle"][0]["arguments"]["expression"]
+    wrong_expr = expr.replace("*", "+") if "*" in expr else expr + " + 1"
+    wrong_result = format_number(calculate(wrong_expr))
+
+    def reward(*actions: dict) -> float | None:  # type: ignore[type-arg]
+        return run_episode(make_env("toolcall"), task, ScriptedPolicy(list(actions))).outcome_reward
+
+    calc = tool_call("calculator", expression=wrong_expr)
+    guess = tool_call("final_answer", answer="123")
+    assert wrong_result != "123" != str(task.data["answer"])
+    assert reward(guess) == -1.0  # a guess, no call
+    assert reward(calc, guess) == -1.0  # a call, then a guess
+    assert reward(calc, tool_call("final_answer", answer=wrong_result)) == -0.5  # passed on
+    right = tool_call("final_answer", answer=task.data["answer"])
+    assert reward(tool_call("calculator", expression=expr), right) == 1.0

@@ -113,6 +113,8 @@ class ToolcallEnv:
         self.boxed = False
         self.task: Task | None = None
         self.answer: str | None = None
+        self.results: list[str] = []
+        """What the task's own tools returned this episode (not errors, not final_answer)."""
         self._table: dict[str, Any] | None = None
 
     def tasks(self) -> list[Task]:
@@ -132,7 +134,7 @@ class ToolcallEnv:
         return template.format(tools=names, turns=task.max_steps)
 
     def reset(self, task: Task, *, seed: int | None = None) -> Observation:
-        self.task, self.answer, self.boxed = task, None, False
+        self.task, self.answer, self.boxed, self.results = task, None, False, []
         return Observation(task.instruction)
 
     def _table_value(self, key: str) -> str:
@@ -153,7 +155,14 @@ class ToolcallEnv:
             needed = {c.get("tool") for c in self.task.data.get("oracle", [])}
             self.boxed = self.answer is not None and (not needed or action.tool in needed)
             return StepResult(out.observation, done=True)
+        if action.tool in self._needed() and not out.observation.error:
+            self.results.append(out.observation.text.strip())
         return out
+
+    def _needed(self) -> set[str]:
+        """The tools the task's oracle calls, final_answer aside."""
+        oracle = self.task.data.get("oracle", []) if self.task is not None else []
+        return {c.get("tool") for c in oracle} - {"final_answer", None}
 
     def _run_tool(self, action: Action) -> StepResult:
         args = action.arguments
@@ -187,7 +196,10 @@ class ToolcallEnv:
             self.answer, str(d["answer"]), d.get("answer_type", "string"),
             float(d.get("tolerance", 0.0)),
         )  # fmt: skip
-        details = {"given": self.answer, "expected": d["answer"], "boxed": self.boxed}
+        kind, tol = d.get("answer_type", "string"), float(d.get("tolerance", 0.0))
+        from_tool = any(is_correct(self.answer, r, kind, tol) for r in self.results)
+        details = {"given": self.answer, "expected": d["answer"], "boxed": self.boxed,
+                   "from_tool": from_tool}  # fmt: skip
         return Verdict(1.0 if ok else 0.0, ok, details)
 
     def outcome_reward(self, verdict: Verdict) -> float:
@@ -198,6 +210,11 @@ class ToolcallEnv:
             # -1 for a real but garbled try, and training converged on copying: seed 0,
             # 2026-11-28, held-out calc_one 3/6 -> 0/6)
             return binary_reward(verdict.success)
+        if self.task is not None and self.task.family == "calc_two":
+            # "give its result with final_answer": the asked form is the calculator's result
+            # passed on; a made-up number ("123", with or without a call first) scored -0.5
+            # too and training learned to end that way (seed 1, 2026-11-29)
+            return -1.0 + (self.format_bonus if verdict.details.get("from_tool") else 0.0)
         return -1.0 + self.format_bonus
 
     def close(self) -> None:
