@@ -192,11 +192,8 @@ class ToolcallEnv:
     def evaluate(self) -> Verdict:
         assert self.task is not None, "evaluate() before reset()"
         d = self.task.data
-        ok = is_correct(
-            self.answer, str(d["answer"]), d.get("answer_type", "string"),
-            float(d.get("tolerance", 0.0)),
-        )  # fmt: skip
         kind, tol = d.get("answer_type", "string"), float(d.get("tolerance", 0.0))
+        ok = is_correct(self.answer, str(d["answer"]), kind, tol)
         from_tool = any(is_correct(self.answer, r, kind, tol) for r in self.results)
         details = {"given": self.answer, "expected": d["answer"], "boxed": self.boxed,
                    "from_tool": from_tool}  # fmt: skip
