@@ -152,7 +152,7 @@ class ToolcallEnv:
             # the asked form" (reported, never rewarded here) only for a result of the tool
             # the task needs
             self.answer = None if out.observation.error else out.observation.text.strip()
-            needed = {c.get("tool") for c in self.task.data.get("oracle", [])}
+            needed = self._needed()
             self.boxed = self.answer is not None and (not needed or action.tool in needed)
             return StepResult(out.observation, done=True)
         if action.tool in self._needed() and not out.observation.error:
