@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from clawrl_app.envs import make_env
-from clawrl_app.envs.base import EpisodeStatus
+from clawrl_app.envs.base import Action, EpisodeStatus
 from clawrl_app.envs.policies import ScriptedPolicy, tool_call
 from clawrl_app.envs.runner import run_episode
 from clawrl_app.envs.toolcall.calculator import calculate, format_number
@@ -136,3 +136,28 @@ def test_the_two_step_bonus_pays_only_for_the_calculators_result_passed_on() -> 
     assert reward(calc, tool_call("final_answer", answer=wrong_result)) == -0.5  # passed on
     right = tool_call("final_answer", answer=task.data["answer"])
     assert reward(tool_call("calculator", expression=expr), right) == 1.0
+
+
+def test_the_two_step_result_says_what_comes_next_and_counts_when_passed_on() -> None:
+    """calc_two's scaffold: the calculator's result ends with "Now call final_answer with
+    <result>." (without it the base model repeats the call). A non-integer result passed on
+    to an integer task still earns the passed-on bonus (it compared as an integer before)."""
+    env = make_env("toolcall")
+    two = next(t for t in env.tasks() if t.family == "calc_two")
+    env.reset(two)
+    out = env.step(Action(tool="calculator", arguments={"expression": "30 / 4"}))
+    assert out.observation.text == "7.5\nNow call final_answer with 7.5."
+    env.step(Action(tool="final_answer", arguments={"answer": "7.5"}))
+    assert env.evaluate().details["from_tool"] is True
+    assert env.outcome_reward(env.evaluate()) == -0.5
+    failed = make_env("toolcall")
+    failed.reset(two)
+    err = failed.step(Action(tool="calculator", arguments={"expression": "{1}"}))
+    assert err.observation.error and "final_answer" not in err.observation.text
+    one = next(t for t in env.tasks() if t.family == "calc_one")
+    plain = make_env("toolcall")
+    plain.reset(one)
+    assert (
+        plain.step(Action(tool="calculator", arguments={"expression": "30 / 4"})).observation.text
+        == "7.5"
+    )

@@ -156,7 +156,15 @@ class ToolcallEnv:
             self.boxed = self.answer is not None and (not needed or action.tool in needed)
             return StepResult(out.observation, done=True)
         if action.tool in self._needed() and not out.observation.error:
-            self.results.append(out.observation.text.strip())
+            result = out.observation.text.strip()
+            self.results.append(result)
+            if self.task is not None and self.task.family == "calc_two":
+                # the family's scaffold: the result says what comes next. Without it the
+                # base model calls the calculator again after its result (P(final_answer)
+                # 0.08 at that step, 0.47 with it; 0 of 36 sampled episodes solved, 1 with
+                # it: `docs/environments.md`)
+                note = f"{result}\nNow call final_answer with {result}."
+                return StepResult(Observation(note), done=out.done)
         return out
 
     def _needed(self) -> set[str]:
@@ -194,7 +202,9 @@ class ToolcallEnv:
         d = self.task.data
         kind, tol = d.get("answer_type", "string"), float(d.get("tolerance", 0.0))
         ok = is_correct(self.answer, str(d["answer"]), kind, tol)
-        from_tool = any(is_correct(self.answer, r, kind, tol) for r in self.results)
+        # the calculator's result passed on, whatever its type ("-27.7" for an integer task)
+        same = "string" if kind == "string" else "decimal"
+        from_tool = any(is_correct(self.answer, r, same, 1e-9) for r in self.results)
         details = {"given": self.answer, "expected": d["answer"], "boxed": self.boxed,
                    "from_tool": from_tool}  # fmt: skip
         return Verdict(1.0 if ok else 0.0, ok, details)
