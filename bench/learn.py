@@ -241,7 +241,8 @@ def settle(
     probe_every: float,
 ) -> dict[str, Any]:
     """Wait until collection and judging caught up, the trainer consumed every usable
-    eligible sample, and the newest checkpoint is served; latency probes meanwhile."""
+    eligible sample, and the newest checkpoint is served, refused, or deferred by the guard
+    (it waits for prompts the next block writes); latency probes meanwhile."""
     store, backend = et.engine.store, et.engine.backend
     assert store is not None and backend is not None
     t0 = time.time()
@@ -251,8 +252,14 @@ def settle(
         left = usable(store, method) if caught_up else None
         ckpts = store.list_checkpoints()
         newest = max(ckpts, key=lambda c: c.created) if ckpts else None
+        guard = et.engine.publisher.guard if et.engine.publisher is not None else None
         served = (
-            newest is None or backend.active_version == newest.version or newest.status == "refused"
+            newest is None
+            or backend.active_version == newest.version
+            or newest.status == "refused"
+            # deferred by the guard until the user has written more prompts: the next
+            # block writes them (waiting here only idled to the timeout, 2026-11-29)
+            or (guard is not None and guard.was_deferred(newest.version))
         )
         if caught_up and left is not None and left < batch_size and served and not watcher.busy():
             return {"waited_s": time.time() - t0, "leftover": left, "timed_out": False}
