@@ -161,8 +161,8 @@ class ToolcallEnv:
             if self.task is not None and self.task.family == "calc_two":
                 # the family's scaffold: the result says what comes next. Without it the
                 # base model calls the calculator again after its result (P(final_answer)
-                # 0.08 at that step, 0.47 with it; 0 of 36 sampled episodes solved, 1 with
-                # it: `docs/environments.md`)
+                # 0.071 at that step, 0.47 with it, `bench/toolcall_probe.py`; 0 of 108
+                # sampled episodes solved, 1 of 72 with it: docs/benchmarks/envs.md)
                 note = f"{result}\nNow call final_answer with {result}."
                 return StepResult(Observation(note), done=out.done)
         return out
