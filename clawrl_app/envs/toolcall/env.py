@@ -66,6 +66,8 @@ ONE_STEP_SYSTEM = (
     "You answer the user's question with exactly one tool call, using the numbers or the "
     "key from the question; the tool's result is your answer. Tools: {tools}."
 )
+TWO_STEP_FAMILY = "calc_two"
+"""The curriculum's two-step family: a call, then `final_answer` with its result."""
 TWO_STEP_SYSTEM = (
     "You answer the user's question with tools. First call the tool the question needs, "
     "with the numbers from the question; its result comes back in the next message. Then "
@@ -130,7 +132,7 @@ class ToolcallEnv:
         names = ", ".join(s.name for s in self.tool_specs(task))
         if task.data.get("one_step"):
             return ONE_STEP_SYSTEM.format(tools=names)
-        template = TWO_STEP_SYSTEM if task.family == "calc_two" else SYSTEM
+        template = TWO_STEP_SYSTEM if task.family == TWO_STEP_FAMILY else SYSTEM
         return template.format(tools=names, turns=task.max_steps)
 
     def reset(self, task: Task, *, seed: int | None = None) -> Observation:
@@ -158,7 +160,7 @@ class ToolcallEnv:
         if action.tool in self._needed() and not out.observation.error:
             result = out.observation.text.strip()
             self.results.append(result)
-            if self.task is not None and self.task.family == "calc_two":
+            if self._two_step():
                 # the family's scaffold: the result says what comes next. Without it the
                 # base model calls the calculator again after its result (P(final_answer)
                 # 0.071 at that step, 0.47 with it, `bench/toolcall_probe.py`; 0 of 108
@@ -166,6 +168,10 @@ class ToolcallEnv:
                 note = f"{result}\nNow call final_answer with {result}."
                 return StepResult(Observation(note), done=out.done)
         return out
+
+    def _two_step(self) -> bool:
+        """The task is of the two-step curriculum family (its prompt, scaffold and bonus)."""
+        return self.task is not None and self.task.family == TWO_STEP_FAMILY
 
     def _needed(self) -> set[str]:
         """The tools the task's oracle calls, final_answer aside."""
@@ -217,7 +223,7 @@ class ToolcallEnv:
             # -1 for a real but garbled try, and training converged on copying: seed 0,
             # 2026-11-28, held-out calc_one 3/6 -> 0/6)
             return binary_reward(verdict.success)
-        if self.task is not None and self.task.family == "calc_two":
+        if self._two_step():
             # "give its result with final_answer": the asked form is the calculator's result
             # passed on; a made-up number ("123", with or without a call first) scored -0.5
             # too and training learned to end that way (seed 1, 2026-11-29)
