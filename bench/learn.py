@@ -67,7 +67,7 @@ from learn_drive import (  # noqa: E402
     latency_probe,
     post_chat,
 )
-from learn_personas import OPEN_PROMPTS, USERS, Persona  # noqa: E402
+from learn_personas import OPEN_PROMPTS, USERS, Persona, form_pool  # noqa: E402
 from learn_report import report  # noqa: E402
 
 from clawrl_app.config import load_settings  # noqa: E402
@@ -153,6 +153,25 @@ def open_form(url: str, workers: int) -> dict[str, Any]:
         "degenerate": sum(f.degenerate for f in forms) / len(forms),
         "looping": sum(f.max_phrase_repeats >= 3 for f in forms) / len(forms),
         "answers": texts,
+    }
+
+
+def pool_form(url: str, persona: Persona, max_tokens: int, workers: int) -> dict[str, Any]:
+    """Degeneration on the user's form pool (`form_pool`: ~50 prompts no user trains on,
+    greedy, at the user's max_tokens): the rates the issue's bar (<= base + 0.05) is read on,
+    and per prompt whether the answer was degenerate / looping (to pair versions)."""
+    t0 = time.time()
+    prompts = list(form_pool(persona))
+    js = _answers(url, prompts, max_tokens, workers)
+    forms = [degeneration(j["choices"][0]["message"]["content"] or "") for j in js]
+    n = len(forms)
+    return {
+        "n": n,
+        "degenerate": sum(f.degenerate for f in forms) / n,
+        "looping": sum(f.max_phrase_repeats >= 3 for f in forms) / n,
+        "flags": [[f.degenerate, f.max_phrase_repeats >= 3] for f in forms],
+        "answers": [j["choices"][0]["message"]["content"] or "" for j in js],
+        "eval_s": time.time() - t0,
     }
 
 
@@ -399,6 +418,7 @@ def run_persona(
             ev["after_turns"], ev["steps"] = 0, 0
             ev["open"] = open_form(et.url, args.eval_workers)
             evals.append(ev)
+            pool_before = pool_form(et.url, persona, mt, args.eval_workers)
             gen_before = general(et.url, items, args.eval_workers)
             teacher = heldout(et.url, persona, mt, args.eval_workers, persona.hint())
             print(
@@ -445,7 +465,14 @@ def run_persona(
                     flush=True,
                 )
             gen_after = general(et.url, items, args.eval_workers)
-            print(f"{tag} general after: {gen_after['score']:.2f}", flush=True)
+            pool_after = pool_form(et.url, persona, mt, args.eval_workers)
+            print(
+                f"{tag} general after: {gen_after['score']:.2f}; form pool ({pool_after['n']} "
+                f"prompts) degenerate {pool_before['degenerate']:.2f} -> "
+                f"{pool_after['degenerate']:.2f}, looping {pool_before['looping']:.2f} -> "
+                f"{pool_after['looping']:.2f}",
+                flush=True,
+            )
             versions = every_version(client, et.url, store, persona, mt)
             for v in versions:
                 print(f"{tag} {v['version']} ({v['status']}): {v}", flush=True)
@@ -466,6 +493,8 @@ def run_persona(
             "teacher": teacher,
             "general_before": gen_before,
             "general_after": gen_after,
+            "pool_before": pool_before,
+            "pool_after": pool_after,
             "turns": turns,
             "settles": settles,
             "steps": len(store.list_checkpoints()),

@@ -454,3 +454,18 @@ OPEN_PROMPTS = (
 
 USERS: dict[str, Persona] = {**PERSONAS, **_variants()}
 """The four personas and their user variants, by name."""
+
+
+def form_pool(persona: Persona) -> tuple[str, ...]:
+    """The prompts a user's degeneration is measured on: its own held-out prompts first, then
+    every other user's held-out prompts (no user of the bench trains on any of them), without
+    repeats and without the user's training prompts. About 50 prompts of five kinds
+    (questions, lists, explanations, cheerful requests, advice), so a rate moves by 0.02 per
+    answer: ten held-out prompts alone cannot show a rise of 0.05 (one answer is 0.10)."""
+    seen = set(persona.train_prompts)
+    pool: list[str] = []
+    for p in (*persona.heldout_prompts, *(q for u in USERS.values() for q in u.heldout_prompts)):
+        if p not in seen:
+            seen.add(p)
+            pool.append(p)
+    return tuple(pool)

@@ -162,6 +162,33 @@ def form_table(runs: list[dict[str, Any]]) -> list[str]:
     return [*lines, "", f"General set, degenerate answers before -> after: {'; '.join(gens)}."]
 
 
+POOL_MARGIN = 0.05
+"""Issue #29's bar: degeneration after 32 turns at most the base's plus this."""
+
+
+def pool_table(runs: list[dict[str, Any]]) -> list[str]:
+    """Per user: degenerate / looping shares on its form pool (~50 unseen prompts, greedy, at
+    its max_tokens) before and after the run; answers that loop after but not before; whether
+    the bar (degenerate after <= before + 0.05) holds."""
+    rows = [r for r in runs if "pool_before" in r]
+    if not rows:
+        return []
+    lines = [
+        "| user | prompts | degenerate before -> after | looping before -> after | "
+        "new loops | bar (<= base + 0.05) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        b, a = r["pool_before"], r["pool_after"]
+        new = sum(fa[1] and not fb[1] for fb, fa in zip(b["flags"], a["flags"], strict=True))
+        ok = a["degenerate"] <= b["degenerate"] + POOL_MARGIN + 1e-9
+        lines.append(
+            f"| {r['persona']} | {a['n']} | {b['degenerate']:.2f} -> {a['degenerate']:.2f} | "
+            f"{b['looping']:.2f} -> {a['looping']:.2f} | {new} | {'met' if ok else 'NOT met'} |"
+        )
+    return lines
+
+
 def step_lines(runs: list[dict[str, Any]]) -> list[str]:
     """Per step: loss / reward mean / grad norm / step time; sample states."""
     lines = []
@@ -311,6 +338,12 @@ def report(
         ">= 3 times; a degenerate answer counts as not compliant and its facts as wrong):",
         "",
         *form_table(runs),
+        "",
+        "Degeneration on each user's form pool (its held-out prompts and every other user's, "
+        "~50 prompts none is trained on, greedy, at the user's max_tokens; the served version "
+        "after the last block against the base):",
+        "",
+        *pool_table(runs),
         "",
         "Per step (loss / reward mean / grad norm / step time):",
         "",

@@ -139,3 +139,15 @@ def test_words_at_most() -> None:
     assert check("A volcano is a mountain that erupts.")
     assert not check("")
     assert not check(" ".join(["word"] * 16))
+
+
+def test_every_users_form_pool_is_unseen_by_it_and_large_enough_to_read_005() -> None:
+    from learn_personas import USERS, form_pool
+
+    for user in USERS.values():
+        pool = form_pool(user)
+        assert len(pool) >= 40 and len(set(pool)) == len(pool), user.name
+        assert not set(pool) & set(user.train_prompts), user.name
+        assert pool[: len(user.heldout_prompts)] == tuple(
+            p for p in user.heldout_prompts if p not in user.train_prompts
+        )

@@ -121,3 +121,25 @@ def test_version_lines_count_looping_versions_refused_and_harmless_ones_passed()
     assert version_lines([{"persona": "x", "evals": [{"degenerate": 0.0}]}]) == [
         "No version was measured on the held-out prompts."
     ]
+
+
+def test_pool_table_counts_new_loops_and_reads_the_bar_against_the_base() -> None:
+    from learn_report import pool_table
+
+    def pool(flags: list[tuple[bool, bool]]) -> dict[str, Any]:
+        n = len(flags)
+        return {"n": n, "degenerate": sum(d for d, _ in flags) / n,
+                "looping": sum(lp for _, lp in flags) / n, "flags": [list(f) for f in flags]}  # fmt: skip
+
+    clean = [(False, False)] * 20
+    # one looping answer of 20 that was clean before, one that looped already: bar met (0.05)
+    ok = {"persona": "a", "pool_before": pool([(True, True), *clean[1:]]),
+          "pool_after": pool([(True, True), (True, True), *clean[2:]])}  # fmt: skip
+    # two more degenerate answers of 20 (0.10 above the base): not met
+    bad = {"persona": "b", "pool_before": pool(clean),
+           "pool_after": pool([(True, True), (True, False), *clean[2:]])}  # fmt: skip
+    lines = pool_table([ok, bad, {"persona": "old run without a pool"}])
+    assert len(lines) == 4
+    assert lines[2] == "| a | 20 | 0.05 -> 0.10 | 0.05 -> 0.10 | 1 | met |"
+    assert lines[3] == "| b | 20 | 0.00 -> 0.10 | 0.00 -> 0.05 | 1 | NOT met |"
+    assert pool_table([{"persona": "old"}]) == []
