@@ -362,6 +362,12 @@ def words_at_most(limit: int) -> Callable[[str], bool]:
     return check
 
 
+def gist(text: str) -> bool:
+    """The gist: not empty, at most two sentence terminators and at most 40 words."""
+    t = text.strip()
+    return bool(t) and len(t.split()) <= 40 and _sentences(t) <= 2
+
+
 ADVICE_PROMPTS = (
     "How can I sleep better?", "How do I stay focused while studying?",
     "How can I save money on groceries?", "How do I prepare for a job interview?",
@@ -393,7 +399,7 @@ def _variants() -> dict[str, Persona]:
     """Users who want what a persona wants but differ from its script: the limit, the
     wording of the correction, the prompts, max_tokens, the temperature they (do not) set,
     and whether they rate explicitly. Named `<persona>/<variant>`."""
-    b, c = PERSONAS["brevity"], PERSONAS["calm"]
+    b, c, sm = PERSONAS["brevity"], PERSONAS["calm"], PERSONAS["summary"]
     u15 = replace(
         b,
         name="brevity/u15",
@@ -432,6 +438,19 @@ def _variants() -> dict[str, Persona]:
                 train_prompts=ADVICE_PROMPTS,
                 heldout_prompts=ADVICE_HELD_OUT,
                 max_tokens=96,
+            ),
+            replace(
+                b,
+                name="brevity/gist",
+                description="explanations, the gist in <= 2 sentences and <= 40 words; "
+                "temperature 0.7; max_tokens 128",
+                complies=gist,
+                correction="Way too much text. Give me the gist in two sentences.",
+                thanks="OK, got it.",
+                train_prompts=sm.train_prompts,
+                heldout_prompts=sm.heldout_prompts,
+                max_tokens=128,
+                temperature=0.7,
             ),
             replace(
                 c,

@@ -151,3 +151,19 @@ def test_every_users_form_pool_is_unseen_by_it_and_large_enough_to_read_005() ->
         assert pool[: len(user.heldout_prompts)] == tuple(
             p for p in user.heldout_prompts if p not in user.train_prompts
         )
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        ("A fridge pumps heat out. The coolant carries it.", True),
+        ("A fridge pumps heat out.", True),
+        ("One. Two. Three.", False),
+        (" ".join(["word"] * 41) + ".", False),
+        ("", False),
+    ],
+)
+def test_gist(text: str, ok: bool) -> None:
+    from learn_personas import gist
+
+    assert gist(text) is ok
