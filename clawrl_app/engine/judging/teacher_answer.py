@@ -10,7 +10,10 @@ turn, rewarded +1 beside the policy's own -1 (`TrainItem.demonstration`): the co
 good and a bad answer to the same prompt, in the policy's own words where they were fine.
 
 An answer is kept only when it ended on its own within the turn's answer budget, is not
-degenerate (`clawrl_app.degeneration`), carries the hint and does not quote it:
+degenerate (`clawrl_app.degeneration`), says something (`length_request.says_something`: not
+a lead-in ending on a colon, not the question repeated back), does what a request for less
+asks of the rejected answer (`length_request.does_what_was_asked`: shorter, within the limit
+the request states), carries the hint and does not quote it:
 - *carries the hint*: the teacher's mean log-prob of its answer with the hint exceeds the
   same model's without it by at least MIN_HINT_GAIN nats per token. A small model often
   answers as if it had not read the hint ("Keep it to about a dozen words" and a 52-word
@@ -30,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 from clawrl_app.degeneration import ngrams, words
 from clawrl_app.degeneration import score as form_of
 from clawrl_app.engine.backends.greedy import NoRoom, greedy_tokens
+from clawrl_app.engine.chat.messages import message_text
+from clawrl_app.engine.judging.length_request import does_what_was_asked, says_something
 from clawrl_app.engine.judging.prompts import teacher_messages
 from clawrl_app.engine.judging.teacher_cut import teacher_cut
 from clawrl_app.engine.store.guard import plain_chat, request_budget
@@ -58,8 +63,9 @@ async def teacher_answer(
 ) -> list[int] | None:
     """The teacher's greedy answer to the turn's prompt with `hint` (token ids, its end token
     included), at the budget the turn's request set (`default_tokens` when it set none);
-    None when it did not end on its own, is degenerate or empty, quotes the hint or does
-    not carry it (module docstring), or the turn is not plain chat."""
+    None when it did not end on its own, is degenerate or empty, says nothing, does not do
+    what a request for less asks of the turn's answer, quotes the hint or does not carry it
+    (module docstring), or the turn is not plain chat."""
     req = turn.request
     messages = req.get("messages") or []
     if req.get("tools") or not plain_chat(messages):
@@ -72,6 +78,12 @@ async def teacher_answer(
         return None
     text = formatter.decode(ids)
     if reason != "stop" or not text.strip() or form_of(text).degenerate or quotes(text, hint):
+        return None
+    question = next((message_text(m.get("content")) for m in reversed(messages)
+                     if m.get("role") == "user"), "")  # fmt: skip
+    if not says_something(text, question) or not does_what_was_asked(
+        text, turn.response_text, hint
+    ):
         return None
     gain = await hint_gain(backend, formatter, messages, hint, ids, version)
     return ids if gain >= MIN_HINT_GAIN else None

@@ -148,29 +148,33 @@ def test_the_teacher_answer_must_carry_the_hint(
     model, tok = loaded_model
     fmt = ChatFormatter(tok)
     msgs = [{"role": "user", "content": "What is photosynthesis?"}]
+    long_answer = " ".join(["Photosynthesis turns light, water and carbon dioxide into sugar."] * 5)
     with Store(tmp_path / "s.sqlite3") as store:
         store.ensure_session("s", "api")
-        row = store.record_turn(NewTurn(
-            "s", "main", {"messages": msgs, "max_tokens": 64}, "a", [1], [2], [-0.1], "base"
-        ))  # fmt: skip
-    assert row is not None
+        row, short_row = (store.record_turn(NewTurn(
+            "s", "main", {"messages": msgs, "max_tokens": 64}, text, [1], [2], [-0.1], "base"
+        )) for text in (long_answer, "Plants make sugar from light."))  # fmt: skip
+    assert row is not None and short_row is not None
     brief = "Too long. Please answer in at most 15 words."
     dozen = "That is a lot of text. Keep it to about a dozen words, please."
 
-    async def go() -> tuple[Any, Any, float]:
+    async def go() -> tuple[Any, Any, float, Any]:
         be = TorchBackend(model, tok, model_name="m", context_length=2048)
         await be.start()
         try:
             kept = await teacher_answer(be, fmt, row, brief, None, 64)
             dropped = await teacher_answer(be, fmt, row, dozen, None, 64)
             gain = await hint_gain(be, fmt, msgs, brief, kept or [], None) if kept else 0.0
-            return kept, dropped, gain
+            longer = await teacher_answer(be, fmt, short_row, brief, None, 64)
+            return kept, dropped, gain, longer
         finally:
             await be.stop()
 
-    kept, dropped, gain = asyncio.run(go())
+    kept, dropped, gain, longer = asyncio.run(go())
     assert kept is not None and len(fmt.decode(kept).split()) <= 15 and gain >= 0.2
     assert dropped is None
+    # The same answer, shown beside a rejected one of 5 words, would reward going longer.
+    assert len(fmt.decode(kept).split()) >= 5 and longer is None
 
 
 def test_an_answer_and_its_cut_are_a_stop_pair_that_trains_one_position() -> None:
