@@ -21,7 +21,9 @@ the request states), carries the hint and does not quote it:
   Measured on the embedded model (`bench/collapse.py` users, 24 prompts): answers that
   follow the hint 0.32-0.91, those that ignore it -0.02-0.14;
 - *does not quote it*: no 3-word phrase of the hint ("Sure, here's a more concise version:
-  'Shorter, 25 words max.'": the teacher rewrote the correction instead of answering).
+  'Shorter, 25 words max.'": the teacher rewrote the correction instead of answering), no
+  2-word phrase of the label that introduces it ("The answer to this question is: [user's
+  hint / instruction]").
 Tool-calling turns get none (their answers are calls).
 """
 
@@ -35,7 +37,7 @@ from clawrl_app.degeneration import score as form_of
 from clawrl_app.engine.backends.greedy import NoRoom, greedy_tokens
 from clawrl_app.engine.chat.messages import message_text
 from clawrl_app.engine.judging.length_request import does_what_was_asked, says_something
-from clawrl_app.engine.judging.prompts import teacher_messages
+from clawrl_app.engine.judging.prompts import HINT_MARKER, teacher_messages
 from clawrl_app.engine.judging.teacher_cut import teacher_cut
 from clawrl_app.engine.store.guard import plain_chat, request_budget
 
@@ -77,7 +79,9 @@ async def teacher_answer(
     except NoRoom:
         return None
     text = formatter.decode(ids)
-    if reason != "stop" or not text.strip() or form_of(text).degenerate or quotes(text, hint):
+    if reason != "stop" or not text.strip() or form_of(text).degenerate:
+        return None
+    if quotes(text, hint) or quotes(text, HINT_MARKER, 2):  # the correction or its label
         return None
     question = next((message_text(m.get("content")) for m in reversed(messages)
                      if m.get("role") == "user"), "")  # fmt: skip

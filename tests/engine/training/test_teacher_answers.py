@@ -129,6 +129,11 @@ def test_an_answer_that_quotes_the_hint_is_no_answer() -> None:
     assert quotes('Sure, here\'s a more concise version: "Shorter, 25 words MAX."', hint)
     assert not quotes("To start running, just run.", hint)
     assert not quotes("Use 25 words or fewer.", hint)  # two words in a row are not a quote
+    # nor the label that introduces the hint in the teacher's prompt (two words of it)
+    from clawrl_app.engine.judging.prompts import HINT_MARKER
+
+    assert quotes("The answer to this question is: [user's hint / instruction]", HINT_MARKER, 2)
+    assert not quotes("A hint: read the instructions first.", HINT_MARKER, 2)
 
 
 @pytest.mark.slow
