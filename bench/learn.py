@@ -179,13 +179,17 @@ def every_version(
     client: httpx.Client, url: str, store: Any, persona: Persona, max_tokens: int
 ) -> list[dict[str, Any]]:
     """Every checkpoint the run made, the guard's refused ones included, answering the
-    held-out prompts greedily (`POST /admin/compare` loads each one that is not loaded, two
-    at a time): whether the guard refused what loops and passed what does not."""
+    user's form pool greedily (its held-out prompts first; `POST /admin/compare` loads each
+    one that is not loaded, two at a time): compliance on the held-out prompts, degeneration
+    on them and on the whole pool: whether the guard refused what loops and passed what
+    does not."""
     base = url.removesuffix("/v1")
     versions = [
         c for c in store.list_checkpoints() if c.status in ("ready", "published", "refused")
     ]
-    prompts = [[{"role": "user", "content": q}] for q in persona.heldout_prompts]
+    pool = form_pool(persona)
+    held = len([p for p in persona.heldout_prompts if p not in persona.train_prompts])
+    prompts = [[{"role": "user", "content": q}] for q in pool]
     out = []
     for k in range(0, len(versions), 2):
         a, b = versions[k], versions[k + 1] if k + 1 < len(versions) else None
@@ -198,8 +202,9 @@ def every_version(
         for side, c in (("a", a), ("b", b)):
             if c is None:
                 continue
-            texts = [item[side] for item in r.json()["items"]]
-            forms = [degeneration(t) for t in texts]
+            every = [item[side] for item in r.json()["items"]]
+            pool_forms = [degeneration(t) for t in every]
+            texts, forms = every[:held], pool_forms[:held]
             n = len(texts)
             out.append({
                 "version": c.version, "status": c.status,
@@ -207,6 +212,9 @@ def every_version(
                                   for t, f in zip(texts, forms, strict=True)) / n,
                 "degenerate": sum(f.degenerate for f in forms) / n,
                 "looping": sum(f.max_phrase_repeats >= 3 for f in forms) / n,
+                "pool_degenerate": sum(f.degenerate for f in pool_forms) / len(pool_forms),
+                "pool_looping": sum(f.max_phrase_repeats >= 3 for f in pool_forms)
+                / len(pool_forms),
             })  # fmt: skip
     return out
 

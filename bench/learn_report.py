@@ -268,28 +268,34 @@ issue's goal, and the guard's default margin)."""
 
 
 def version_lines(runs: list[dict[str, Any]]) -> list[str]:
-    """Every version the run made (the refused ones too) on the held-out prompts, and how the
-    guard's verdicts match: looping versions refused, harmless ones passed."""
+    """Every version the run made (the refused ones too) on the held-out prompts and, where
+    measured, on the user's form pool, and how the guard's verdicts match: looping versions
+    (degeneration > base + 0.05, on the pool where measured) refused, harmless ones passed."""
     lines = [
-        "| persona | version | status | compliant | degenerate | looping | loops (> base + 0.05) |",
-        "|---|---|---|---|---|---|---|",
+        "| persona | version | status | compliant | degenerate | looping | pool degenerate | "
+        "loops (> base + 0.05) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     tally = {"loop": 0, "loop_refused": 0, "fine": 0, "fine_passed": 0}
     for r in runs:
         base = r["evals"][0]["degenerate"]
+        pool_base = r["pool_before"]["degenerate"] if "pool_before" in r else None
         for v in r.get("versions", []):
             if "error" in v:
                 lines.append(f"| {r['persona']} | {v['version']} | {v['status']} | "
-                             f"not measured: {v['error'][:80]} | | | |")  # fmt: skip
+                             f"not measured: {v['error'][:80]} | | | | |")  # fmt: skip
                 continue
-            loops = v["degenerate"] > base + LOOP_MARGIN + 1e-9
+            on_pool = pool_base is not None and "pool_degenerate" in v
+            mine, ref = (v["pool_degenerate"], pool_base) if on_pool else (v["degenerate"], base)
+            loops = mine > ref + LOOP_MARGIN + 1e-9
             refused = v["status"] == "refused"
             key = "loop" if loops else "fine"
             tally[key] += 1
             tally[key + ("_refused" if loops else "_passed")] += refused == loops
             lines.append(
                 f"| {r['persona']} | {v['version']} | {v['status']} | {v['compliance']:.2f} | "
-                f"{v['degenerate']:.2f} | {v['looping']:.2f} | {'yes' if loops else 'no'} |"
+                f"{v['degenerate']:.2f} | {v['looping']:.2f} | "
+                f"{_fmt(v.get('pool_degenerate'))} | {'yes' if loops else 'no'} |"
             )
     if len(lines) == 2:
         return ["No version was measured on the held-out prompts."]

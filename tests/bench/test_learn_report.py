@@ -112,8 +112,8 @@ def test_version_lines_count_looping_versions_refused_and_harmless_ones_passed()
         ],
     }  # fmt: skip
     lines = version_lines([run])
-    assert "| calm/plain | v2 | refused | 0.50 | 0.30 | 0.40 | yes |" in lines
-    assert "| calm/plain | v4 | refused | 0.80 | 0.15 | 0.10 | no |" in lines
+    assert "| calm/plain | v2 | refused | 0.50 | 0.30 | 0.40 | n/a | yes |" in lines
+    assert "| calm/plain | v4 | refused | 0.80 | 0.15 | 0.10 | n/a | no |" in lines
     assert any(line.startswith("| calm/plain | v5 | ready | not measured") for line in lines)
     assert lines[-1] == (
         "Guard against the bench: 1 of 2 looping versions refused; 1 of 2 others passed."
@@ -121,6 +121,18 @@ def test_version_lines_count_looping_versions_refused_and_harmless_ones_passed()
     assert version_lines([{"persona": "x", "evals": [{"degenerate": 0.0}]}]) == [
         "No version was measured on the held-out prompts."
     ]
+    # With the form pool measured, a version loops by the pool (~50 prompts), not the ten
+    pooled = {**run, "pool_before": {"degenerate": 0.04}, "versions": [
+        {"version": "v1", "status": "published", "compliance": 0.8, "degenerate": 0.0,
+         "looping": 0.0, "pool_degenerate": 0.16},  # clean on ten, loops on the pool
+        {"version": "v2", "status": "refused", "compliance": 0.5, "degenerate": 0.30,
+         "looping": 0.4, "pool_degenerate": 0.08},  # base + 0.04 on the pool: harmless
+    ]}  # fmt: skip
+    lines = version_lines([pooled])
+    assert "| calm/plain | v1 | published | 0.80 | 0.00 | 0.00 | 0.16 | yes |" in lines
+    assert lines[-1] == (
+        "Guard against the bench: 0 of 1 looping versions refused; 0 of 1 others passed."
+    )
 
 
 def test_pool_table_counts_new_loops_and_reads_the_bar_against_the_base() -> None:
