@@ -194,10 +194,6 @@ class TrainSettings(_Section):
     kl_coef: float = Field(default=0.0, ge=0.0)
     """Weight of a KL anchor to the base model (k3 on the sampled tokens; the base is the
     adapter turned off, so LoRA and QLoRA only): keeps the policy near what it was."""
-    negative_weight: float = Field(default=1.0, ge=0.0, le=1.0)
-    """Scale of a disliked chat answer's (negative) reward advantage: pushing a sampled answer
-    down moves its probability onto the model's likeliest tokens, and greedy answers drift
-    toward repeats (1 = as upstream; env advantages are not scaled)."""
     signal_norm: float = Field(default=0.25, ge=0.0)
     """A step whose gradient norm is under this moves at lr * norm / this: a batch that says
     little moves the weights little (Adam alone moves them ~lr either way; 0 = off)."""

@@ -48,12 +48,3 @@ def test_lowered_micro_batch_is_the_last_resort_and_reaches_the_trainer(tmp_path
     assert (
         trainer_config(settings(), fits, app_paths(tmp_path), tmp_path, None).token_budget == 4096
     )
-
-
-def test_the_trainer_gets_the_negative_weight_of_the_settings(tmp_path: Path) -> None:
-    from clawrl_app.engine.training.supervisor import trainer_config
-    from clawrl_app.paths import app_paths
-
-    s = settings(CLAWRL_TRAIN__NEGATIVE_WEIGHT="0.25")
-    p = plan(fake_inventory(8, 80), model("8B"), s)
-    assert trainer_config(s, p, app_paths(tmp_path), tmp_path, None).negative_weight == 0.25

@@ -104,17 +104,6 @@ def advantages_from(rewards_B: Tensor, has_reward_B: Tensor, baseline: float | T
         return torch.where(signal_B, r_B - baseline, 0.0)  # (B,)
 
 
-def weigh_negatives(adv_B: Tensor, weight: float, centred: Sequence[bool]) -> Tensor:
-    """Negative advantages of chat samples (not `centred`) times `weight`; the rest as they
-    are. Pushing a sampled answer down moves its probability onto the tokens the model
-    already prefers, and greedy answers drift toward repeats; the liked answers and the
-    teacher's keep their full push up. Env advantages (`centred`) are not scaled."""
-    if weight == 1.0:
-        return adv_B
-    chat_B = torch.tensor([not c for c in centred], device=adv_B.device)  # (B,)
-    return torch.where(chat_B & (adv_B < 0), adv_B * weight, adv_B)  # (B,)
-
-
 def carries_contrast(
     kind: BaselineKind,
     rewards: Sequence[float],

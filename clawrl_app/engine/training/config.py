@@ -27,8 +27,6 @@ class TrainerConfig:
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     signal_norm: float = 0.0
-    negative_weight: float = 1.0
-    """Scale of negative chat advantages (advantages.weigh_negatives); 1 = unscaled."""
     """> 0: each step at lr * min(1, gradient norm / this) (step_size.signal_lr); 0 = off."""
     token_budget: int = 4096
     max_staleness: int = 8

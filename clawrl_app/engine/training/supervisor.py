@@ -262,7 +262,6 @@ def trainer_config(
         w_opd=t.w_opd,
         kl_coef=t.kl_coef,
         signal_norm=t.signal_norm,
-        negative_weight=t.negative_weight,
         repeat_ngram=t.repeat_ngram,
         repeat_penalty=t.repeat_penalty,
         tis_cap=tis_cap(t.behaviour_correction, t.tis_cap, plan.backend),

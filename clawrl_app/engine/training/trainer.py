@@ -39,7 +39,6 @@ from clawrl_app.engine.training.advantages import (
     batch_baseline,
     carries_contrast,
     ema_baseline_update,
-    weigh_negatives,
 )
 from clawrl_app.engine.training.config import STOP_METHODS, TrainerConfig
 from clawrl_app.engine.training.grammar_replay import GrammarReplay
@@ -379,10 +378,10 @@ class Trainer:
                     allowed=self.grammar.allowed_BTV,
                     stop_ids=self.stop_ids,
                 )
-                cen = [it.centred for it in mb]
-                base_B = torch.tensor([0.0 if c else baseline for c in cen], device=self.device)
-                adv_B = advantages_from(out.rewards_B, out.has_reward_B, base_B)  # (B,)
-                adv_B = weigh_negatives(adv_B, self.cfg.negative_weight, cen)  # (B,)
+                base_B = torch.tensor(
+                    [0.0 if it.centred else baseline for it in mb], device=self.device
+                )  # (B,)
+                adv_B = advantages_from(out.rewards_B, out.has_reward_B, base_B)
                 batch = out.loss_batch()
                 if self.loss_cfg.kl_coef > 0:
                     batch = replace(batch, ref_logprobs_BT=self.base_logprobs(mb))
@@ -590,7 +589,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def share_cpu_with_serving() -> None:
-    """CPU only: the trainer runs at low priority on half the cores (chat stays responsive)."""
+    """On a CPU-only machine the trainer and the endpoint share the cores: the trainer runs
+    at low priority on half of them so chat answers stay responsive during a step."""
     with contextlib.suppress(OSError):
         os.nice(10)
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))

@@ -577,16 +577,3 @@ def test_tis_cap_must_be_off_or_at_least_one() -> None:
 def test_combine_weights_must_not_be_negative(name: str) -> None:
     with pytest.raises(ValueError, match=name):
         LossConfig(**{name: -0.5})
-
-
-def test_weigh_negatives_scales_disliked_chat_answers_only() -> None:
-    """A disliked chat answer's advantage is scaled; liked answers, the teacher's and env
-    advantages (centred) keep theirs; weight 1 returns the tensor as it is."""
-    from clawrl_app.engine.training.advantages import weigh_negatives
-
-    adv_B = torch.tensor([-0.5, 1.5, -0.5, -2.0, 0.0])
-    centred = [False, False, False, True, False]
-    out = weigh_negatives(adv_B, 0.25, centred)
-    assert out.tolist() == [-0.125, 1.5, -0.125, -2.0, 0.0]
-    assert weigh_negatives(adv_B, 1.0, centred) is adv_B
-    assert weigh_negatives(adv_B, 0.0, centred).tolist() == [0.0, 1.5, 0.0, -2.0, 0.0]
