@@ -47,7 +47,6 @@ import sys
 import tempfile
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -59,7 +58,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from learn_drive import (  # noqa: E402
-    SIDE,
     CheckpointWatcher,
     Probe,
     StepWindows,
@@ -67,177 +65,21 @@ from learn_drive import (  # noqa: E402
     latency_probe,
     post_chat,
 )
-from learn_personas import OPEN_PROMPTS, USERS, Persona, form_pool  # noqa: E402
+from learn_evals import every_version, general, heldout, open_form, pool_form  # noqa: E402
+from learn_personas import USERS, Persona  # noqa: E402
 from learn_report import report  # noqa: E402
 
 from clawrl_app.config import load_settings  # noqa: E402
 from clawrl_app.degeneration import score as degeneration  # noqa: E402
 from clawrl_app.engine.engine_thread import EngineThread  # noqa: E402
-from clawrl_app.engine.judging.prompts import teacher_messages  # noqa: E402
 from clawrl_app.engine.store.guard import GENERAL, PERSONAL  # noqa: E402
 from clawrl_app.engine.training.config import TOPK_METHODS  # noqa: E402
 from clawrl_app.engine.training.losses import needs_reward  # noqa: E402
-from clawrl_app.general_eval import GeneralItem, load_general_set, score_answers  # noqa: E402
+from clawrl_app.general_eval import GeneralItem, load_general_set  # noqa: E402
 from clawrl_app.models import resolve_model  # noqa: E402
 from clawrl_app.paths import app_paths  # noqa: E402
 
-GENERAL_MAX_TOKENS = 48
-OPEN_MAX_TOKENS = 128
-
 # --- driving the engine ---------------------------------------------------------------------
-
-
-def _ask(url: str, prompt: str, max_tokens: int, hint: str | None = None) -> dict[str, Any]:
-    messages = [{"role": "user", "content": prompt}]
-    if hint is not None:  # what the app's teacher is given: the hint appended to the prompt
-        messages = teacher_messages(messages, hint)
-    with httpx.Client(timeout=600) as client:
-        return post_chat(
-            client, url, messages, max_tokens=max_tokens, temperature=0.0, headers=SIDE
-        )
-
-
-def _answers(
-    url: str, prompts: list[str], max_tokens: int, workers: int, hint: str | None = None
-) -> list[dict[str, Any]]:
-    """Greedy side-turn answers, `workers` at a time (the backend batches concurrent ones)."""
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(lambda p: _ask(url, p, max_tokens, hint), prompts))
-
-
-def heldout(
-    url: str, persona: Persona, max_tokens: int, workers: int, hint: str | None = None
-) -> dict[str, Any]:
-    """Held-out compliance: the persona's held-out prompts, greedy, checked by its code.
-    With `hint`: the teacher's compliance (each prompt with the hint appended, as the app's
-    teacher sees it): how far distillation from that teacher can lead."""
-    t0 = time.time()
-    rows = []
-    for p, j in zip(
-        persona.heldout_prompts,
-        _answers(url, list(persona.heldout_prompts), max_tokens, workers, hint),
-        strict=True,
-    ):
-        text = j["choices"][0]["message"]["content"] or ""
-        form = degeneration(text)
-        rows.append(
-            {
-                "prompt": p,
-                "answer": text,
-                # compliant by looping is not compliant
-                "ok": persona.complies(text) and not form.degenerate,
-                "degenerate": form.degenerate,
-                "looping": form.max_phrase_repeats >= 3,
-                "words": form.words,
-                "model": j["model"],
-            }
-        )
-    n = len(rows)
-    return {
-        "compliance": sum(r["ok"] for r in rows) / n,
-        "degenerate": sum(r["degenerate"] for r in rows) / n,
-        "looping": sum(r["looping"] for r in rows) / n,
-        "words": sum(r["words"] for r in rows) / n,
-        "models": sorted({r["model"] for r in rows}),
-        "eval_s": time.time() - t0,
-        "heldout": rows,
-    }
-
-
-def open_form(url: str, workers: int) -> dict[str, Any]:
-    """Form at length: open prompts answered greedily at 128 tokens (loops show here first)."""
-    js = _answers(url, list(OPEN_PROMPTS), OPEN_MAX_TOKENS, workers)
-    texts = [j["choices"][0]["message"]["content"] or "" for j in js]
-    forms = [degeneration(t) for t in texts]
-    return {
-        "degenerate": sum(f.degenerate for f in forms) / len(forms),
-        "looping": sum(f.max_phrase_repeats >= 3 for f in forms) / len(forms),
-        "answers": texts,
-    }
-
-
-def pool_form(url: str, persona: Persona, max_tokens: int, workers: int) -> dict[str, Any]:
-    """Degeneration on the user's form pool (`form_pool`: ~50 prompts no user trains on,
-    greedy, at the user's max_tokens): the rates the issue's bar (<= base + 0.05) is read on,
-    and per prompt whether the answer was degenerate / looping (to pair versions)."""
-    t0 = time.time()
-    prompts = list(form_pool(persona))
-    js = _answers(url, prompts, max_tokens, workers)
-    forms = [degeneration(j["choices"][0]["message"]["content"] or "") for j in js]
-    n = len(forms)
-    return {
-        "n": n,
-        "degenerate": sum(f.degenerate for f in forms) / n,
-        "looping": sum(f.max_phrase_repeats >= 3 for f in forms) / n,
-        "flags": [[f.degenerate, f.max_phrase_repeats >= 3] for f in forms],
-        "answers": [j["choices"][0]["message"]["content"] or "" for j in js],
-        "eval_s": time.time() - t0,
-    }
-
-
-def every_version(
-    client: httpx.Client, url: str, store: Any, persona: Persona, max_tokens: int
-) -> list[dict[str, Any]]:
-    """Every checkpoint the run made, the guard's refused ones included, answering the
-    user's form pool greedily (its held-out prompts first; `POST /admin/compare` loads each
-    one that is not loaded, two at a time): compliance on the held-out prompts, degeneration
-    on them and on the whole pool: whether the guard refused what loops and passed what
-    does not."""
-    base = url.removesuffix("/v1")
-    versions = [
-        c for c in store.list_checkpoints() if c.status in ("ready", "published", "refused")
-    ]
-    pool = form_pool(persona)
-    held = len([p for p in persona.heldout_prompts if p not in persona.train_prompts])
-    prompts = [[{"role": "user", "content": q}] for q in pool]
-    out = []
-    for k in range(0, len(versions), 2):
-        a, b = versions[k], versions[k + 1] if k + 1 < len(versions) else None
-        body = {"a": a.version, "b": b.version if b else "base", "prompts": prompts,
-                "max_tokens": max_tokens}  # fmt: skip
-        r = client.post(f"{base}/admin/compare", json=body, timeout=1800)
-        if r.status_code != 200:
-            out.append({"version": a.version, "status": a.status, "error": r.text[:300]})
-            continue
-        for side, c in (("a", a), ("b", b)):
-            if c is None:
-                continue
-            every = [item[side] for item in r.json()["items"]]
-            pool_forms = [degeneration(t) for t in every]
-            texts, forms = every[:held], pool_forms[:held]
-            n = len(texts)
-            out.append({
-                "version": c.version, "status": c.status,
-                "compliance": sum(persona.complies(t) and not f.degenerate
-                                  for t, f in zip(texts, forms, strict=True)) / n,
-                "degenerate": sum(f.degenerate for f in forms) / n,
-                "looping": sum(f.max_phrase_repeats >= 3 for f in forms) / n,
-                "pool_degenerate": sum(f.degenerate for f in pool_forms) / len(pool_forms),
-                "pool_looping": sum(f.max_phrase_repeats >= 3 for f in pool_forms)
-                / len(pool_forms),
-            })  # fmt: skip
-    return out
-
-
-def general(url: str, items: list[GeneralItem], workers: int) -> dict[str, Any]:
-    """The general score: every item of the general set, greedy, scored by code."""
-    t0 = time.time()
-    js = _answers(url, [i.question for i in items], GENERAL_MAX_TOKENS, workers)
-    texts = [j["choices"][0]["message"]["content"] or "" for j in js]
-    degenerate = [degeneration(t).degenerate for t in texts]
-    # facts count only in answers that are not degenerate (as the regression guard scores)
-    s = score_answers(items, ["" if d else t for t, d in zip(texts, degenerate, strict=True)])
-    return {
-        "degenerate": sum(degenerate) / len(texts),
-        "score": s.score,
-        "correct": s.correct,
-        "total": s.total,
-        "eval_s": time.time() - t0,
-        "answers": [
-            {"id": i.id, "answer": t, "ok": s.passed[i.id]}
-            for i, t in zip(items, texts, strict=True)
-        ],
-    }
 
 
 def usable(store: Any, method: str) -> int:
