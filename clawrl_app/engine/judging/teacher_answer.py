@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from clawrl_app.degeneration import ngrams, words
 from clawrl_app.degeneration import score as form_of
 from clawrl_app.engine.backends.greedy import NoRoom, greedy_tokens
-from clawrl_app.engine.chat.messages import message_text
+from clawrl_app.engine.judging.heuristic_judge import last_user_message
 from clawrl_app.engine.judging.length_request import does_what_was_asked, says_something
 from clawrl_app.engine.judging.prompts import HINT_MARKER, teacher_messages
 from clawrl_app.engine.judging.teacher_cut import teacher_cut
@@ -83,9 +83,7 @@ async def teacher_answer(
         return None
     if quotes(text, hint) or quotes(text, HINT_MARKER, 2):  # the correction or its label
         return None
-    question = next((message_text(m.get("content")) for m in reversed(messages)
-                     if m.get("role") == "user"), "")  # fmt: skip
-    if not says_something(text, question) or not does_what_was_asked(
+    if not says_something(text, last_user_message(messages)) or not does_what_was_asked(
         text, turn.response_text, hint
     ):
         return None
