@@ -14,6 +14,7 @@ import httpx
 from learn_drive import SIDE, post_chat
 from learn_personas import OPEN_PROMPTS, Persona, form_pool
 
+from clawrl_app.degeneration import Degeneration
 from clawrl_app.degeneration import score as degeneration
 from clawrl_app.engine.judging.prompts import teacher_messages
 from clawrl_app.general_eval import GeneralItem, score_answers
@@ -30,6 +31,16 @@ def _ask(url: str, prompt: str, max_tokens: int, hint: str | None = None) -> dic
         return post_chat(
             client, url, messages, max_tokens=max_tokens, temperature=0.0, headers=SIDE
         )
+
+
+def _texts(js: list[dict[str, Any]]) -> list[str]:
+    return [j["choices"][0]["message"]["content"] or "" for j in js]
+
+
+def _rates(forms: list[Degeneration]) -> tuple[float, float]:
+    """Shares of `forms` that are degenerate and that loop (a 3-word phrase >= 3 times)."""
+    n = len(forms)
+    return sum(f.degenerate for f in forms) / n, sum(f.max_phrase_repeats >= 3 for f in forms) / n
 
 
 def _answers(
@@ -81,14 +92,9 @@ def heldout(
 
 def open_form(url: str, workers: int) -> dict[str, Any]:
     """Form at length: open prompts answered greedily at 128 tokens (loops show here first)."""
-    js = _answers(url, list(OPEN_PROMPTS), OPEN_MAX_TOKENS, workers)
-    texts = [j["choices"][0]["message"]["content"] or "" for j in js]
-    forms = [degeneration(t) for t in texts]
-    return {
-        "degenerate": sum(f.degenerate for f in forms) / len(forms),
-        "looping": sum(f.max_phrase_repeats >= 3 for f in forms) / len(forms),
-        "answers": texts,
-    }
+    texts = _texts(_answers(url, list(OPEN_PROMPTS), OPEN_MAX_TOKENS, workers))
+    degenerate, looping = _rates([degeneration(t) for t in texts])
+    return {"degenerate": degenerate, "looping": looping, "answers": texts}
 
 
 def pool_form(url: str, persona: Persona, max_tokens: int, workers: int) -> dict[str, Any]:
@@ -96,16 +102,15 @@ def pool_form(url: str, persona: Persona, max_tokens: int, workers: int) -> dict
     greedy, at the user's max_tokens): the rates the issue's bar (<= base + 0.05) is read on,
     and per prompt whether the answer was degenerate / looping (to pair versions)."""
     t0 = time.time()
-    prompts = list(form_pool(persona))
-    js = _answers(url, prompts, max_tokens, workers)
-    forms = [degeneration(j["choices"][0]["message"]["content"] or "") for j in js]
-    n = len(forms)
+    texts = _texts(_answers(url, list(form_pool(persona)), max_tokens, workers))
+    forms = [degeneration(t) for t in texts]
+    degenerate, looping = _rates(forms)
     return {
-        "n": n,
-        "degenerate": sum(f.degenerate for f in forms) / n,
-        "looping": sum(f.max_phrase_repeats >= 3 for f in forms) / n,
+        "n": len(forms),
+        "degenerate": degenerate,
+        "looping": looping,
         "flags": [[f.degenerate, f.max_phrase_repeats >= 3] for f in forms],
-        "answers": [j["choices"][0]["message"]["content"] or "" for j in js],
+        "answers": texts,
         "eval_s": time.time() - t0,
     }
 
@@ -140,16 +145,13 @@ def every_version(
             every = [item[side] for item in r.json()["items"]]
             pool_forms = [degeneration(t) for t in every]
             texts, forms = every[:held], pool_forms[:held]
-            n = len(texts)
+            (degenerate, looping), pool_rates = _rates(forms), _rates(pool_forms)
             out.append({
                 "version": c.version, "status": c.status,
                 "compliance": sum(persona.complies(t) and not f.degenerate
-                                  for t, f in zip(texts, forms, strict=True)) / n,
-                "degenerate": sum(f.degenerate for f in forms) / n,
-                "looping": sum(f.max_phrase_repeats >= 3 for f in forms) / n,
-                "pool_degenerate": sum(f.degenerate for f in pool_forms) / len(pool_forms),
-                "pool_looping": sum(f.max_phrase_repeats >= 3 for f in pool_forms)
-                / len(pool_forms),
+                                  for t, f in zip(texts, forms, strict=True)) / len(texts),
+                "degenerate": degenerate, "looping": looping,
+                "pool_degenerate": pool_rates[0], "pool_looping": pool_rates[1],
             })  # fmt: skip
     return out
 
@@ -157,8 +159,7 @@ def every_version(
 def general(url: str, items: list[GeneralItem], workers: int) -> dict[str, Any]:
     """The general score: every item of the general set, greedy, scored by code."""
     t0 = time.time()
-    js = _answers(url, [i.question for i in items], GENERAL_MAX_TOKENS, workers)
-    texts = [j["choices"][0]["message"]["content"] or "" for j in js]
+    texts = _texts(_answers(url, [i.question for i in items], GENERAL_MAX_TOKENS, workers))
     degenerate = [degeneration(t).degenerate for t in texts]
     # facts count only in answers that are not degenerate (as the regression guard scores)
     s = score_answers(items, ["" if d else t for t, d in zip(texts, degenerate, strict=True)])

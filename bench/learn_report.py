@@ -162,8 +162,9 @@ def form_table(runs: list[dict[str, Any]]) -> list[str]:
     return [*lines, "", f"General set, degenerate answers before -> after: {'; '.join(gens)}."]
 
 
-POOL_MARGIN = 0.05
-"""Issue #29's bar: degeneration after 32 turns at most the base's plus this."""
+LOOP_MARGIN = 0.05
+"""A version loops when its held-out degeneration exceeds the base's by more than this (the
+issue's goal, and the guard's default margin)."""
 
 
 def pool_table(runs: list[dict[str, Any]]) -> list[str]:
@@ -181,7 +182,7 @@ def pool_table(runs: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         b, a = r["pool_before"], r["pool_after"]
         new = sum(fa[1] and not fb[1] for fb, fa in zip(b["flags"], a["flags"], strict=True))
-        ok = a["degenerate"] <= b["degenerate"] + POOL_MARGIN + 1e-9
+        ok = a["degenerate"] <= b["degenerate"] + LOOP_MARGIN + 1e-9
         lines.append(
             f"| {r['persona']} | {a['n']} | {b['degenerate']:.2f} -> {a['degenerate']:.2f} | "
             f"{b['looping']:.2f} -> {a['looping']:.2f} | {new} | {'met' if ok else 'NOT met'} |"
@@ -260,11 +261,6 @@ def guard_lines(runs: list[dict[str, Any]]) -> list[str]:
         per = " -> ".join(f"{v} {x:.2f}" for v, x in r.get("version_general", {}).items())
         lines.append(f"- {r['persona']}: general score per version: {per or 'none'}")
     return lines
-
-
-LOOP_MARGIN = 0.05
-"""A version loops when its held-out degeneration exceeds the base's by more than this (the
-issue's goal, and the guard's default margin)."""
 
 
 def version_lines(runs: list[dict[str, Any]]) -> list[str]:
