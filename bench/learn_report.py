@@ -266,13 +266,15 @@ def guard_lines(runs: list[dict[str, Any]]) -> list[str]:
 def version_lines(runs: list[dict[str, Any]]) -> list[str]:
     """Every version the run made (the refused ones too) on the held-out prompts and, where
     measured, on the user's form pool, and how the guard's verdicts match: looping versions
-    (degeneration > base + 0.05, on the pool where measured) refused, harmless ones passed."""
+    (degeneration > base + 0.05, on the pool where measured) refused, harmless ones passed.
+    A version neither served nor refused (superseded before its check, or deferred) is
+    listed but not counted: the guard did not decide on it."""
     lines = [
         "| persona | version | status | compliant | degenerate | looping | pool degenerate | "
         "loops (> base + 0.05) |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    tally = {"loop": 0, "loop_refused": 0, "fine": 0, "fine_passed": 0}
+    tally = {"loop": 0, "loop_refused": 0, "fine": 0, "fine_passed": 0, "undecided": 0}
     for r in runs:
         base = r["evals"][0]["degenerate"]
         pool_base = r["pool_before"]["degenerate"] if "pool_before" in r else None
@@ -286,8 +288,11 @@ def version_lines(runs: list[dict[str, Any]]) -> list[str]:
             loops = mine > ref + LOOP_MARGIN + 1e-9
             refused = v["status"] == "refused"
             key = "loop" if loops else "fine"
-            tally[key] += 1
-            tally[key + ("_refused" if loops else "_passed")] += refused == loops
+            if v["status"] in ("published", "refused"):
+                tally[key] += 1
+                tally[key + ("_refused" if loops else "_passed")] += refused == loops
+            else:
+                tally["undecided"] += 1
             lines.append(
                 f"| {r['persona']} | {v['version']} | {v['status']} | {v['compliance']:.2f} | "
                 f"{v['degenerate']:.2f} | {v['looping']:.2f} | "
@@ -299,7 +304,8 @@ def version_lines(runs: list[dict[str, Any]]) -> list[str]:
         *lines,
         "",
         f"Guard against the bench: {tally['loop_refused']} of {tally['loop']} looping versions "
-        f"refused; {tally['fine_passed']} of {tally['fine']} others passed.",
+        f"refused; {tally['fine_passed']} of {tally['fine']} others passed"
+        + (f" ({tally['undecided']} neither served nor refused)." if tally["undecided"] else "."),
     ]
 
 

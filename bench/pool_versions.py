@@ -4,10 +4,13 @@
 (`learn_personas.form_pool`: ~50 prompts no user of the bench trains on) at the user's
 max_tokens under the base model and each named checkpoint's adapter, and prints the
 degenerate share, the answers degenerate where the base's are not, and the mean words:
-whether a drift grows with the steps, without the endpoint or llama.cpp.
+whether a drift grows with the steps, without the endpoint or llama.cpp. `--set guard`
+answers the guard's open prompts instead (`guard.budget_prompts` of them, at the same
+length: what the guard's check at the user's length sees) and says whether that rule
+refuses each version.
 
 Run: `CLAWRL_HOME=/tmp/clawrl-test-cache HF_HUB_OFFLINE=1 .venv/bin/python bench/pool_versions.py
-      brevity/dozen /tmp/clawrl-learn-brevity-dozen-XXXX 1 2 4 6`
+      brevity/dozen /tmp/clawrl-learn-brevity-dozen-XXXX 1 2 4 6 [--set guard]`
 """
 
 from __future__ import annotations
@@ -23,7 +26,10 @@ sys.path.insert(0, str(ROOT))
 
 from learn_personas import USERS, form_pool  # noqa: E402
 
+from clawrl_app.config import GuardSettings  # noqa: E402
 from clawrl_app.degeneration import score as degeneration  # noqa: E402
+from clawrl_app.engine.publishing.user_form import allowed_new_loops  # noqa: E402
+from clawrl_app.general_eval import load_open_prompts  # noqa: E402
 from clawrl_app.models import resolve_model  # noqa: E402
 from clawrl_app.paths import app_paths  # noqa: E402
 
@@ -56,18 +62,27 @@ def main() -> None:
     ap.add_argument("user", choices=sorted(USERS))
     ap.add_argument("home", type=Path, help="the engine home bench/learn.py --keep-home kept")
     ap.add_argument("steps", type=int, nargs="*", help="checkpoint steps (adapter_00000N)")
+    ap.add_argument("--set", choices=("pool", "guard"), default="pool",
+                    help="the user's form pool, or the guard's open prompts")  # fmt: skip
     args = ap.parse_args()
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     user = USERS[args.user]
-    prompts = list(form_pool(user))
+    g = GuardSettings()
+    prompts = (
+        list(form_pool(user))
+        if args.set == "pool"
+        else [p.prompt for p in load_open_prompts()[: g.budget_prompts]]
+    )
+    allowed = allowed_new_loops(len(prompts), g.max_new_loops)
     path = str(resolve_model(None, app_paths(), progress=False).path)
     tok = AutoTokenizer.from_pretrained(path)
     tok.padding_side = "left"
     base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     print(f"{args.user}: {len(prompts)} prompts at {user.max_tokens} tokens")
-    print("| version | degenerate | new (base clean) | words |\n|---|---|---|---|")
+    print(f"| version | degenerate | new (base clean) | words | new > {allowed} |")
+    print("|---|---|---|---|---|")
     ref: list[bool] | None = None
     for step in [0, *args.steps]:
         folder = args.home / "data" / "checkpoints" / f"adapter_{step:06d}"
@@ -78,7 +93,9 @@ def main() -> None:
         new = sum(f and not r for f, r in zip(flags, ref, strict=True))
         words = sum(len(t.split()) for t in texts) / len(texts)
         name = "base" if step == 0 else f"v{step}"
-        print(f"| {name} | {sum(flags) / len(flags):.2f} | {new} | {words:.1f} |", flush=True)
+        refuse = "refuse" if new > allowed else "pass"
+        print(f"| {name} | {sum(flags) / len(flags):.2f} | {new} | {words:.1f} | {refuse} |",
+              flush=True)  # fmt: skip
         if step:
             base = model.unload()  # type: ignore[attr-defined]
 

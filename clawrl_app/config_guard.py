@@ -40,6 +40,13 @@ class GuardSettings(_Section):
     the degeneration check (0: none; the questions' answers are still checked)."""
     open_max_tokens: int = Field(default=160, ge=1)
     """Answer length for the open prompts (greedy): long enough for a loop to show."""
+    budget_prompts: int = Field(default=48, ge=0)
+    """How many of the shipped open prompts to answer also at your answer length (the
+    median answer budget of your newest requests, at most `open_max_tokens`): a version
+    trained on your kind of request can start to loop on other kinds within the length you
+    ask for, where the base model does not, while at `open_max_tokens` the base loops on
+    half of them itself. More of them loop where the base's answers do not than
+    `max_new_loops` allows: refused (0: off)."""
     max_degeneration_rise: float = Field(default=0.05, ge=0.0, le=1.0)
     """Refuse a version whose degeneration rate (share of its answers that loop or repeat
     themselves) exceeds the base model's by more than this, whatever its fact score."""

@@ -25,11 +25,16 @@ def test_shipped_set_loads_with_30_or_more_items() -> None:
 
 
 def test_shipped_open_prompts_are_varied_and_unique(tmp_path: Path) -> None:
-    """The degeneration check's open prompts: 10-16 of them, every kind of long answer."""
+    """The degeneration check's open prompts: every kind of long answer among the first 12
+    (answered at `open_max_tokens`), 48 in all (answered at the user's length), unique, with
+    lists, advice and steps making up most of them (where a short-answer drift loops)."""
     prompts = load_open_prompts()
-    assert 10 <= len(prompts) <= 16 and len({p.id for p in prompts}) == len(prompts)
-    assert {p.kind for p in prompts} == {"explain", "describe", "story", "advice", "compare",
-                                         "list"}  # fmt: skip
+    assert len(prompts) == 48 and len({p.id for p in prompts}) == len(prompts)
+    assert len({p.prompt for p in prompts}) == len(prompts)
+    assert {p.kind for p in prompts[:12]} == {"explain", "describe", "story", "advice",
+                                              "compare", "list"}  # fmt: skip
+    shaped = [p for p in prompts if p.kind in {"list", "advice", "steps"}]
+    assert len(shaped) >= len(prompts) // 2
     bad = tmp_path / "open.jsonl"
     bad.write_text(json.dumps({"id": "a", "kind": "story", "prompt": " "}) + "\n")
     with pytest.raises(ValueError, match="non-empty string"):

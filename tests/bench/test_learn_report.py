@@ -109,6 +109,8 @@ def test_version_lines_count_looping_versions_refused_and_harmless_ones_passed()
             {"version": "v4", "status": "refused", "compliance": 0.8, "degenerate": 0.15,
              "looping": 0.1},  # base + 0.05 is no loop: a harmless one refused
             {"version": "v5", "status": "ready", "error": "HTTP 400"},
+            {"version": "v6", "status": "ready", "compliance": 0.8, "degenerate": 0.40,
+             "looping": 0.4},  # superseded before its check: listed, not counted
         ],
     }  # fmt: skip
     lines = version_lines([run])
@@ -116,8 +118,10 @@ def test_version_lines_count_looping_versions_refused_and_harmless_ones_passed()
     assert "| calm/plain | v4 | refused | 0.80 | 0.15 | 0.10 | n/a | no |" in lines
     assert any(line.startswith("| calm/plain | v5 | ready | not measured") for line in lines)
     assert lines[-1] == (
-        "Guard against the bench: 1 of 2 looping versions refused; 1 of 2 others passed."
+        "Guard against the bench: 1 of 2 looping versions refused; 1 of 2 others passed "
+        "(1 neither served nor refused)."
     )
+    assert "| calm/plain | v6 | ready | 0.80 | 0.40 | 0.40 | n/a | yes |" in lines
     assert version_lines([{"persona": "x", "evals": [{"degenerate": 0.0}]}]) == [
         "No version was measured on the held-out prompts."
     ]

@@ -39,6 +39,7 @@ from clawrl_app.engine.publishing.compare import answer
 from clawrl_app.engine.publishing.user_form import (
     USER_FORM_MIN,
     UserForm,
+    answer_budget,
     refusal_rests_on_one_answer,
 )
 from clawrl_app.engine.publishing.verdict import GuardVerdict, VersionScores, decide
@@ -63,6 +64,7 @@ log = logging.getLogger("clawrl.guard")
 TIE = 1e-4  # nats per token: a smaller change is no preference either way
 WAIT_POLL_S = 5.0  # how often `waiting` counts the user's prompts
 RECENT = 5  # verdicts kept for the status (the Dashboard's and the admin API's table)
+BUDGET_FROM = 12  # the user's newest requests whose answer budgets set their answer length
 
 
 def preference_agreement(deltas: Sequence[float], rewards: Sequence[float]) -> float:
@@ -142,6 +144,8 @@ class RegressionGuard:
         self.general = items[: settings.general_items]
         prompts = open_prompts if open_prompts is not None else load_open_prompts()
         self.open = prompts[: settings.open_prompts]
+        self.budget_open = prompts[: settings.budget_prompts]
+        self._base_budget: dict[int, tuple[Degeneration, ...]] = {}  # length -> base's form
         self._base_lps: dict[int, float] = {}  # turn id -> the base model's mean log-prob
         self._base_form: dict[int, Degeneration] = {}  # turn id -> the base's answer's form
         self._base_flags: tuple[bool, ...] | None = None  # the base's general answers' form
@@ -256,6 +260,38 @@ class RegressionGuard:
         )
         return UserForm.of([form_of(text) for text in mine], [await base_form(p) for p in prompts])
 
+    async def user_budget(self) -> int:
+        """The answer length the user asks for (`answer_budget` of their newest requests)."""
+        cap = self.settings.open_max_tokens
+        room = self.backend.info().context_length - cap
+        prompts = await asyncio.to_thread(
+            self.store.user_prompts, BUDGET_FROM, room,
+            min_budget=self.settings.user_form_min_tokens,
+        )  # fmt: skip
+        floor = self.settings.user_form_min_tokens
+        return answer_budget([p.max_tokens for p in prompts], cap, floor)
+
+    async def budget_form(self, version: str) -> tuple[int, UserForm]:
+        """`version`'s and the base model's form on the shipped open prompts answered
+        greedily at the user's answer length (`user_budget`), paired per prompt; the
+        base's answers are kept per length. (0, empty) when off."""
+        if not self.budget_open:
+            return 0, UserForm()
+        tokens = await self.user_budget()
+
+        async def forms(v: str) -> tuple[Degeneration, ...]:
+            texts = await asyncio.gather(*[
+                answer(self.backend, self.formatter, v,
+                       [{"role": "user", "content": p.prompt}], tokens)
+                for p in self.budget_open
+            ])  # fmt: skip
+            return tuple(form_of(t) for t in texts)
+
+        if tokens not in self._base_budget:
+            self._base_budget[tokens] = await forms("base")
+        mine = await forms(version)
+        return tokens, UserForm.of(mine, self._base_budget[tokens])
+
     def _confirmable(self, form: UserForm, scores: VersionScores) -> bool:
         """The refusal of `scores` (its answers to `form`'s prompts included) rests on one
         answer alone (`refusal_rests_on_one_answer`) and `user_form_confirm` is on."""
@@ -355,7 +391,14 @@ class RegressionGuard:
             base_general, base_degeneration = await self._base_general()
         again = self._deferred.pop(candidate, None)  # checked before: its answers stand
         after = again[1] if again is not None else await self.scores(candidate, step)
-        form = await self.user_form(candidate)
+        form, (tokens, at_length) = await asyncio.gather(
+            self.user_form(candidate), self.budget_form(candidate)
+        )
+        after = replace(
+            after, budget_tokens=tokens, budget_n=at_length.n,
+            budget_degeneration=at_length.rate, base_budget_degeneration=at_length.base_rate,
+            budget_new_loops=new_loops(at_length.flags, at_length.base_flags),
+        )  # fmt: skip
         general_flags = after.flags
 
         async def verdict_on(form: UserForm) -> GuardVerdict:
@@ -415,6 +458,7 @@ class RegressionGuard:
             "max_degeneration_rise": g.max_degeneration_rise,
             "questions": len(self.general),
             "open_prompts": len(self.open),
+            "budget_prompts": len(self.budget_open),
             "last": None if self.last is None else self.last.as_dict(),
             "recent": [v.as_dict() for v in self.recent],
             "last_error": self.last_error,

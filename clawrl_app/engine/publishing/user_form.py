@@ -114,6 +114,15 @@ class UserForm:
         )
 
 
+def answer_budget(budgets: Sequence[int | None], cap: int, floor: int) -> int:
+    """The answer length the user asks for: the median of their requests' budgets (one that
+    set none counts as `cap`), within [`floor`, `cap`]; `cap` without requests."""
+    if not budgets:
+        return cap
+    sized = sorted(min(b if b is not None else cap, cap) for b in budgets)
+    return max(min(sized[(len(sized) - 1) // 2], cap), min(floor, cap))
+
+
 def refusing_rules(
     rate: float | None,
     base_rate: float | None,

@@ -66,6 +66,15 @@ class VersionScores:
     """How many answers that share is of."""
     flags: tuple[bool, ...] = ()
     """Per general-check answer: degenerate (empty when the scores were reused)."""
+    budget_tokens: int = 0
+    """The answer length the open prompts were also asked at: the user's (0: not asked)."""
+    budget_n: int = 0
+    """How many open prompts were answered at that length."""
+    budget_degeneration: float | None = None
+    base_budget_degeneration: float | None = None
+    """Share of those answers that are degenerate: the version's, the base model's."""
+    budget_new_loops: float | None = None
+    """Share of those answers degenerate where the base's answer to the same prompt is not."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +125,13 @@ class GuardVerdict:
             f"{_fig(s.degeneration)} ({base}{c.degeneration_n} answers{mine}), new loops "
             f"{_count(c.new_loops, c.new_loops_n)}"
             + (
+                f"; at your length ({c.budget_tokens} tokens) degeneration "
+                f"{_fig(c.budget_degeneration)} vs base {_fig(c.base_budget_degeneration)}, "
+                f"new loops {_count(c.budget_new_loops, c.budget_n)}"
+                if c.budget_n
+                else ""
+            )
+            + (
                 f"; deferred: rests on one answer, checked again at {self.deferred_until} "
                 "of your prompts"
                 if self.deferred
@@ -150,6 +166,11 @@ class GuardVerdict:
             "base_user_repetition": c.base_user_repetition,
             "new_loops": c.new_loops,
             "new_loops_n": c.new_loops_n,
+            "budget_tokens": c.budget_tokens,
+            "budget_n": c.budget_n,
+            "budget_degeneration": c.budget_degeneration,
+            "base_budget_degeneration": c.base_budget_degeneration,
+            "budget_new_loops": c.budget_new_loops,
         }
 
 
@@ -178,7 +199,12 @@ def decide(
     8-12 answers sees only by luck. And the share of its answers that loop where the base's
     answer to the same prompt does not (`max_new_loops`): a version trained to answer short
     stops looping where the base ran long, which hides its new short loops in a rate (at most
-    that share of the answers, to the nearest whole answer: `allowed_new_loops`)."""
+    that share of the answers, to the nearest whole answer: `allowed_new_loops`). The same
+    share holds on the shipped open prompts answered at the user's answer length
+    (`budget_new_loops`): a version trained on one kind of request drifts into loops on
+    other kinds within the length the user asks for (brevity/dozen, 2026-11-29: "1. 1. 1."
+    on list-shaped questions it never saw), where at `open_max_tokens` the base model loops
+    on half of those prompts itself."""
     reasons = []
     general_ref = base_general if base_general is not None else served.general
     if (
@@ -226,6 +252,13 @@ def decide(
         reasons.append(
             f"new loops: {_count(c.new_loops, c.new_loops_n)} of its answers degenerate where "
             f"the base's are not (at most {most}: {settings.max_new_loops:g} of them)"
+        )
+    if too_many_new_loops(c.budget_new_loops, c.budget_n, settings.max_new_loops):
+        most = allowed_new_loops(c.budget_n, settings.max_new_loops)
+        reasons.append(
+            f"at your answer length ({c.budget_tokens} tokens): "
+            f"{_count(c.budget_new_loops, c.budget_n)} open prompts answered in a loop where "
+            f"the base's answers are not (at most {most}: {settings.max_new_loops:g} of them)"
         )
     return GuardVerdict(
         candidate, served, not reasons, reasons, form_ref, settings.min_personal_items

@@ -185,6 +185,30 @@ def test_new_loops_refuse_a_version_whose_rate_fell() -> None:
     assert decide(replace(v6, new_loops=None), served, s, 0.6, 0.12).passed
 
 
+def test_open_prompts_at_the_users_length_refuse_more_new_loops_than_allowed() -> None:
+    """48 open prompts answered at the user's length: 0.05 of them is 2.4, so 2 answers
+    that loop where the base's do not pass and 3 refuse, whatever the other scores; the
+    summary and the status say so; not measured (0 prompts): no rule."""
+    s = GuardSettings(min_personal_items=4)
+    served = VersionScores("v2", None, 0, 0.7, 40, degeneration=0.08, degeneration_n=52)
+    v4 = VersionScores("v4", None, 0, 0.7, 40, degeneration=0.08, degeneration_n=52,
+                       budget_tokens=64, budget_n=48, budget_degeneration=5 / 48,
+                       base_budget_degeneration=2 / 48, budget_new_loops=3 / 48)  # fmt: skip
+    v = decide(v4, served, s, base_general=0.6, base_degeneration=0.12)
+    assert not v.passed and v.reasons == [
+        "at your answer length (64 tokens): 3 of 48 open prompts answered in a loop where the "
+        "base's answers are not (at most 2: 0.05 of them)"
+    ]
+    assert "at your length (64 tokens) degeneration 0.10 vs base 0.04, new loops 3 of 48" in (
+        v.summary()
+    )
+    assert v.as_dict()["budget_tokens"] == 64 and v.as_dict()["budget_n"] == 48
+    assert decide(replace(v4, budget_new_loops=2 / 48), served, s, 0.6, 0.12).passed
+    unmeasured = replace(v4, budget_n=0, budget_new_loops=None)
+    assert decide(unmeasured, served, s, 0.6, 0.12).passed
+    assert "at your length" not in decide(unmeasured, served, s, 0.6, 0.12).summary()
+
+
 def test_user_prompts_are_the_newest_plain_distinct_conversations(tmp_path: Path) -> None:
     with Store(tmp_path / "s.db") as store:
         store.ensure_session("chat", "test")

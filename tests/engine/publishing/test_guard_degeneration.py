@@ -34,10 +34,12 @@ from clawrl_app.general_eval import GeneralItem, OpenPrompt, load_general_set, l
 pytestmark = pytest.mark.slow
 QUESTIONS = load_general_set()[:6]  # capitals and a sum: each has an `accept` answer
 OPEN = load_open_prompts()[:2]
-SETTINGS = GuardSettings(general_items=6, max_tokens=32, open_prompts=2, open_max_tokens=64)
+SETTINGS = GuardSettings(
+    general_items=6, max_tokens=32, open_prompts=2, open_max_tokens=64, budget_prompts=0
+)
 # only the rules on the user's prompts decide: 6 of them, margins 0.1, new loops off
 USER_PROMPTS_ONLY = GuardSettings(
-    general_items=0, open_prompts=0, open_max_tokens=64, user_form_items=6,
+    general_items=0, open_prompts=0, budget_prompts=0, open_max_tokens=64, user_form_items=6,
     user_form_min_tokens=0, max_new_loops=1.0, max_degeneration_rise=0.1,
     max_repetition_rise=0.1,
 )  # fmt: skip
@@ -203,6 +205,65 @@ def test_the_users_prompts_are_answered_at_the_budget_their_requests_set(
     # the two looping answers repeat most of their phrases; the base's hardly any
     assert form.repetition is not None and form.base_repetition is not None
     assert form.repetition - form.base_repetition > 0.25
+
+
+def test_open_prompts_at_the_users_length_refuse_loops_the_base_does_not_make(
+    loaded_model: tuple[Any, Any], looping_adapter: Path, tmp_path: Path
+) -> None:
+    """The user's newest requests set max_tokens 48, 48, 48 and none (64, the cap): their
+    answer length is 48. The guard answers its open prompts at 48 tokens with the candidate
+    and the base model: the looping adapter loops on both ("You can do it. You can ..."),
+    the base on at most one, and a new loop in 2 answers is more than 0.05 of them allow:
+    refused on this rule alone (the general check, the open prompts at `open_max_tokens` and the
+    user's prompts are off). The base's answers are kept per length. Real model, real store,
+    the guard's own `check`."""
+    from clawrl_app.engine.store import NewTurn
+
+    model, tok = loaded_model
+    fmt = ChatFormatter(tok)
+    settings = GuardSettings(general_items=0, open_prompts=0, budget_prompts=2,
+                             open_max_tokens=64, user_form_items=0)  # fmt: skip
+    with Store(tmp_path / "s.db") as store:
+        store.ensure_session("chat", "test")
+        for k, budget in enumerate((None, 48, 48, 48)):
+            body: dict[str, Any] = {"messages": [{"role": "user", "content": f"Question {k}?"}]}
+            if budget is not None:
+                body["max_tokens"] = budget
+            store.record_turn(NewTurn("chat", "main", body, "a", [1] * 8, [2], [0.0], "base"))
+
+        async def go() -> tuple[Any, Any, RegressionGuard]:
+            be = TorchBackend(copy.deepcopy(model), tok, model_name="m", context_length=2048)
+            await be.start()
+            try:
+                await be.load_adapter("v1", looping_adapter)
+                guard = RegressionGuard(store, be, fmt, settings, QUESTIONS, OPEN)
+                off = settings.model_copy(update={"budget_prompts": 0})
+                unchecked = await RegressionGuard(store, be, fmt, off, QUESTIONS, OPEN).check(
+                    "v1", "base", 1
+                )
+                return await guard.check("v1", "base", 1), unchecked, guard
+            finally:
+                await be.stop()
+
+        verdict, unchecked, guard = asyncio.run(go())
+        assert list(guard._base_budget) == [48] and guard.status()["budget_prompts"] == 2
+    c = verdict.candidate
+    assert (c.budget_tokens, c.budget_n) == (48, 2)
+    # the adapter loops on both; the base on at most one (measured: 1, the story)
+    base_rate = c.base_budget_degeneration
+    assert c.budget_degeneration == 1.0 and base_rate is not None and base_rate <= 0.5
+    assert c.budget_new_loops == 1.0 - base_rate and not verdict.passed
+    new = round(2 * (1.0 - base_rate))
+    assert verdict.reasons == [
+        f"at your answer length (48 tokens): {new} of 2 open prompts answered in a loop where "
+        "the base's answers are not (at most 0: 0.05 of them)"
+    ]
+    assert f"at your length (48 tokens) degeneration 1.00 vs base {base_rate:.2f}" in (
+        verdict.summary()
+    )
+    assert verdict.as_dict()["budget_new_loops"] == c.budget_new_loops
+    # without this check nothing here refuses it
+    assert unchecked.passed and unchecked.candidate.budget_n == 0
 
 
 def test_a_refusal_resting_on_one_answer_is_confirmed_on_the_next_prompts(

@@ -81,7 +81,7 @@ def test_a_damaged_adapter_is_refused_and_a_harmless_one_is_served(
     fmt = ChatFormatter(tok)
     store = Store(tmp_path / "store.db")
     settings = GuardSettings(general_items=8, max_tokens=16, min_personal_items=4,
-                             open_prompts=2, open_max_tokens=32)  # fmt: skip
+                             open_prompts=2, open_max_tokens=32, budget_prompts=0)  # fmt: skip
     events: list[Event] = []
     sent_back: list[str] = []
 
@@ -227,7 +227,7 @@ def test_a_rollback_during_the_check_neither_waits_for_it_nor_is_overridden(
     model, tok = loaded_model
     fmt = ChatFormatter(tok)
     store = Store(tmp_path / "store.db")
-    settings = GuardSettings(general_items=4, max_tokens=12, open_prompts=0)
+    settings = GuardSettings(general_items=4, max_tokens=12, open_prompts=0, budget_prompts=0)
 
     async def go() -> tuple[bool, bool, str, list[str]]:
         be = TorchBackend(copy.deepcopy(model), tok, model_name="m", context_length=2048)

@@ -9,6 +9,7 @@ from clawrl_app.engine.publishing.user_form import (
     USER_FORM_MIN,
     UserForm,
     allowed_new_loops,
+    answer_budget,
     new_loops_rest_on_one,
     refusal_rests_on_one_answer,
     rests_on_one_answer,
@@ -98,3 +99,15 @@ def test_a_refusal_resting_on_one_new_loop_is_one_to_confirm() -> None:
     assert refusal_rests_on_one_answer(form(1), 1 / 64, 64, S)
     assert not refusal_rests_on_one_answer(form(2), 4 / 64, 64, S)
     assert not refusal_rests_on_one_answer(form(1), 5 / 64, 64, S)
+
+
+def test_the_users_answer_length_is_the_median_budget_within_floor_and_cap() -> None:
+    """The median of the newest requests' budgets (none set: the cap), the lower middle of
+    an even count; never above the cap nor below the floor; the cap without requests."""
+    assert answer_budget([64, 64, 48], 160, 32) == 64
+    assert answer_budget([48, 64, 96, 128], 160, 32) == 64
+    assert answer_budget([None, None, 64], 160, 32) == 160
+    assert answer_budget([400, 300], 160, 32) == 160
+    assert answer_budget([8, 8, 16], 160, 32) == 32
+    assert answer_budget([], 160, 32) == 160
+    assert answer_budget([8], 24, 32) == 24  # a floor above the cap: the cap
