@@ -39,6 +39,12 @@ class TrainerConfig:
     kl_coef: float = 0.0
     """Weight of the k3 KL to the base model (adapter off) on the sampled tokens; LoRA and
     QLoRA only (full fine-tuning keeps no base copy)."""
+    anchor_coef: float = 0.0
+    """> 0: each step also holds KL(base || policy) on the base's answers to the anchor
+    prompts, times this (anchor.py); LoRA and QLoRA only."""
+    anchor_items: int = 8
+    anchor_tokens: int = 48
+    """Anchor sequences per step; the length of the base's answers to them."""
     repeat_ngram: int = 0
     """> 0: tokens repeating an earlier phrase of this many tokens in their answer are never
     pushed up (repeats.py); 0 = off."""

@@ -40,6 +40,7 @@ from clawrl_app.engine.training.advantages import (
     carries_contrast,
     ema_baseline_update,
 )
+from clawrl_app.engine.training.anchor import Anchor, anchor_backward, base_response_logprobs
 from clawrl_app.engine.training.config import STOP_METHODS, TrainerConfig
 from clawrl_app.engine.training.grammar_replay import GrammarReplay
 from clawrl_app.engine.training.lease import hold_trainer_lock, owner_alive
@@ -163,6 +164,9 @@ class Trainer:
             repeat_penalty=cfg.repeat_penalty,
         )
         self.objective = self._objective()
+        adapter = cfg.mode != "full" and cfg.anchor_coef > 0
+        self.anchor = Anchor(cfg.anchor_items, cfg.anchor_tokens) if adapter else None
+        self.anchor_kl: float | None = None
         self.pause_budget = PauseBudget(cfg.yield_max_s)
         self._owner_checked = 0.0
         self.serving: BusyFlag | None = None
@@ -331,10 +335,11 @@ class Trainer:
         self.step += 1
         # The step's read-back; each rank's share-weighted sums add up to the global batch's.
         totals = sum_over_ranks(weighted_totals(parts), self.ranks, self.device)
-        return step_metrics(
+        metrics = step_metrics(
             items, totals, float(grad_norm), self.optimizer.param_groups[0]["lr"],
             self.cfg.updates_per_batch, time.monotonic() - t0, self.pause_budget.paused_s,
         )  # fmt: skip
+        return metrics | ({} if self.anchor_kl is None else {"loss/anchor_kl": self.anchor_kl})
 
     def carries_contrast(self, items: list[TrainItem]) -> bool:
         """Whether the batch has anything to teach this method (`advantages.carries_contrast`,
@@ -355,6 +360,10 @@ class Trainer:
         one only), clip, AdamW step. Returns each micro-batch's (share of the global
         batch, loss, stats) and the gradient norm."""
         self.optimizer.zero_grad(set_to_none=True)
+        if self.anchor is not None:  # the base's distributions on general prompts (anchor.py)
+            self.anchor_kl = anchor_backward(self.anchor, self.accelerator, self.model,
+                                             self.tokenizer, self.cfg.anchor_coef)  # fmt: skip
+        allowed = self.grammar.allowed_BTV
         plain = [it for it in items if not it.centred]  # env rewards are advantages already
         baseline = batch_baseline(
             self.cfg.baseline,  # type: ignore[arg-type]
@@ -375,7 +384,7 @@ class Trainer:
                     mb,
                     self.device,
                     self.cfg.repeat_ngram,
-                    allowed=self.grammar.allowed_BTV,
+                    allowed=allowed,
                     stop_ids=self.stop_ids,
                 )
                 base_B = torch.tensor(
@@ -384,7 +393,8 @@ class Trainer:
                 adv_B = advantages_from(out.rewards_B, out.has_reward_B, base_B)
                 batch = out.loss_batch()
                 if self.loss_cfg.kl_coef > 0:
-                    batch = replace(batch, ref_logprobs_BT=self.base_logprobs(mb))
+                    ref_BT = base_response_logprobs(self.accelerator, self.model, mb, allowed)
+                    batch = replace(batch, ref_logprobs_BT=ref_BT)
                 result = self.objective(batch, self.loss_cfg, adv_B)
                 self.accelerator.backward(result.loss * loss_scale(len(mb), len(items), world))
             parts.append((len(mb) / len(items), result.loss.detach(), result.stats))
@@ -394,16 +404,6 @@ class Trainer:
             set_lr(self.optimizer, signal_lr(self.cfg.lr, float(grad_norm), self.cfg.signal_norm))
         self.optimizer.step()
         return parts, grad_norm
-
-    def base_logprobs(self, items: list[TrainItem]) -> torch.Tensor:
-        """Log-probs of the items' responses under the base model (the adapter turned off),
-        (B, T) like `response_logprobs`: the KL anchor's reference."""
-        peft_model = self.accelerator.unwrap_model(self.model)
-        with torch.no_grad(), peft_model.disable_adapter():
-            out = response_logprobs(
-                self.model, items, self.device, allowed=self.grammar.allowed_BTV
-            )
-            return out.logprobs_BT
 
     def canary(self) -> list[dict[str, Any]]:
         """Log-probs of a fixed response to fixed prompts under the new weights."""
