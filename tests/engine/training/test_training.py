@@ -271,6 +271,9 @@ def test_two_lora_steps_change_every_trainable_parameter_and_resume(
         serving_flag_file=str(tmp_path / "no-such.flag"),  # missing: train, never pause
         yield_max_s=30.0,
         kl_coef=0.1,
+        anchor_coef=0.5,  # and the anchor on the base's answers to general prompts
+        anchor_items=2,
+        anchor_tokens=8,
     )
     trainer = Trainer(cfg)
     assert trainer.serving is None and trainer.yield_to_serving() == 0.0
@@ -288,6 +291,8 @@ def test_two_lora_steps_change_every_trainable_parameter_and_resume(
         assert torch.isfinite(torch.tensor(m["loss"])) and m["tokens"] > 0
     # the KL anchor: a fresh adapter is the base (0), one step later it has moved away
     assert m1["kl"] == pytest.approx(0.0, abs=1e-6) and m2["kl"] > 1e-6
+    assert m1["loss/anchor_kl"] == pytest.approx(0.0, abs=1e-6) and m2["loss/anchor_kl"] > 0
+    assert trainer.anchor is not None and len(trainer.anchor.seqs) >= 24
     with Store(db) as store:
         existing = [c.version for c in store.list_checkpoints()]
     version = trainer.save(items, m2)
