@@ -103,12 +103,12 @@ def _config(tmp: Path, model: Path, **kw: Any) -> TrainerConfig:
     )
 
 
-def _one_step(tmp: Path, model: Path, world: int) -> dict[str, Any]:
+def _one_step(tmp: Path, model: Path, world: int, **kw: Any) -> dict[str, Any]:
     tmp.mkdir()
     judged_store(tmp / "store.sqlite3", 4)
     # a budget of about one item per micro-batch: each rank accumulates over two, the
     # single process over four (gradients synchronised on the last one only)
-    cfg = _config(tmp, model, batch_size=4, token_budget=24, lock_file=str(tmp / "lock"))
+    cfg = _config(tmp, model, batch_size=4, token_budget=24, lock_file=str(tmp / "lock"), **kw)
     (tmp / "c.json").write_text(json.dumps(cfg.__dict__))
     cmd = [sys.executable, str(WORKER), str(tmp / "c.json"), str(tmp / "out.pt")]
     assert RankGroup(cmd, world).wait() == 0
@@ -136,6 +136,26 @@ def test_two_ranks_take_the_same_step_as_one_process_on_the_global_batch(
     for name, g in one["grads"].items():
         torch.testing.assert_close(two["grads"][name], g, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(two["weights"][name], one["weights"][name], rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_two_ranks_hold_the_anchor_like_one_process(tiny: Path, tmp_path: Path) -> None:
+    """With the anchor on (`anchor_coef`, large here so that its gradient dominates the clipped norm), two
+    updates on the batch (the second from a moved adapter, where the anchor's KL and
+    gradient are no longer 0): every rank builds the same anchor and adds its gradient
+    once, so 2 ranks' KL, gradients and weights equal one process's (a rank adding it
+    twice, or the ranks' average halving it, would move the gradient by its own size; the
+    summation order moves a few elements, which Adam's second update amplifies)."""
+    anchor = {"anchor_coef": 1e4, "anchor_items": 2, "anchor_tokens": 4,
+              "updates_per_batch": 2, "lr": 0.01, "signal_norm": 0.0}  # fmt: skip
+    one = _one_step(tmp_path / "one", tiny, 1, **anchor)
+    two = _one_step(tmp_path / "two", tiny, 2, **anchor)
+    kl = one["metrics"]["loss/anchor_kl"]
+    assert kl > 1e-5 and two["metrics"]["loss/anchor_kl"] == pytest.approx(kl, rel=1e-3)
+    for key in ("grads", "weights"):
+        a = torch.cat([t.flatten() for _, t in sorted(one[key].items())])
+        b = torch.cat([t.flatten() for _, t in sorted(two[key].items())])
+        assert float((b - a).norm()) <= 1e-3 * float(a.norm()), key
 
 
 def _finished(sup: TrainerSupervisor) -> bool:
