@@ -40,8 +40,9 @@ class GuardSettings(_Section):
     the degeneration check (0: none; the questions' answers are still checked)."""
     open_max_tokens: int = Field(default=160, ge=1)
     """Answer length for the open prompts (greedy): long enough for a loop to show."""
-    budget_prompts: int = Field(default=48, ge=0)
-    """How many of the shipped open prompts to answer also at your answer length (the
+    budget_prompts: int = Field(default=24, ge=0)
+    """How many of the shipped open prompts (the first ones; 48 ship, most of them lists,
+    advice and steps) to answer also at your answer length (the
     median answer budget of your newest requests, at most `open_max_tokens`): a version
     trained on your kind of request can start to loop on other kinds within the length you
     ask for, where the base model does not, while at `open_max_tokens` the base loops on

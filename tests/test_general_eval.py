@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from clawrl_app.config import GuardSettings
 from clawrl_app.general_eval import (
     GeneralItem,
     is_correct,
@@ -26,15 +27,17 @@ def test_shipped_set_loads_with_30_or_more_items() -> None:
 
 def test_shipped_open_prompts_are_varied_and_unique(tmp_path: Path) -> None:
     """The degeneration check's open prompts: every kind of long answer among the first 12
-    (answered at `open_max_tokens`), 48 in all (answered at the user's length), unique, with
-    lists, advice and steps making up most of them (where a short-answer drift loops)."""
+    (answered at `open_max_tokens`), 48 in all (the first `budget_prompts` also answered at
+    the user's length), unique, with lists, advice and steps making up most of those (where a
+    short-answer drift loops)."""
     prompts = load_open_prompts()
     assert len(prompts) == 48 and len({p.id for p in prompts}) == len(prompts)
     assert len({p.prompt for p in prompts}) == len(prompts)
     assert {p.kind for p in prompts[:12]} == {"explain", "describe", "story", "advice",
                                               "compare", "list"}  # fmt: skip
-    shaped = [p for p in prompts if p.kind in {"list", "advice", "steps"}]
-    assert len(shaped) >= len(prompts) // 2
+    # the default share answered at the user's length is mostly lists, advice and steps
+    first = prompts[: GuardSettings().budget_prompts]
+    assert len([p for p in first if p.kind in {"list", "advice", "steps"}]) > len(first) // 2
     bad = tmp_path / "open.jsonl"
     bad.write_text(json.dumps({"id": "a", "kind": "story", "prompt": " "}) + "\n")
     with pytest.raises(ValueError, match="non-empty string"):
