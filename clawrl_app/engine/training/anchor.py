@@ -85,23 +85,31 @@ class Anchor:
     def build(self, peft_model: Any, tokenizer: Any, device: torch.device) -> None:
         """The base model's greedy answers (adapter off) to the anchor prompts; the same on
         every rank (greedy, same weights)."""
-        from clawrl_app.engine.chat.formatter import ChatFormatter
+        from clawrl_app.engine.chat.formatter import ChatFormatter, eos_token_ids
 
         fmt = ChatFormatter(tokenizer)
+        prompts = [fmt.render([{"role": "user", "content": t}]) for t in load_anchor_prompts()]
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else PAD_ID
+        width = max(len(p) for p in prompts)
+        # one left-padded batch: every prompt ends at the same column
+        ids_BL = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
+        attn_BL = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts],
+                               device=device)  # fmt: skip
         was_training = peft_model.training
         peft_model.eval()
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else PAD_ID
-        with torch.no_grad(), peft_model.disable_adapter():
-            for text in load_anchor_prompts():
-                prompt = fmt.render([{"role": "user", "content": text}])
-                ids = torch.tensor([prompt], device=device)
+        try:
+            with torch.no_grad(), peft_model.disable_adapter():
                 out = peft_model.generate(
-                    input_ids=ids, attention_mask=torch.ones_like(ids),
-                    max_new_tokens=self.max_tokens, do_sample=False, pad_token_id=pad,
+                    input_ids=ids_BL, attention_mask=attn_BL, max_new_tokens=self.max_tokens,
+                    do_sample=False, pad_token_id=pad,
                 )  # fmt: skip
-                answer = [int(t) for t in out[0, len(prompt) :].tolist()]
-                self.seqs.append(AnchorSeq(prompt, answer))
-        peft_model.train(was_training)
+        finally:
+            peft_model.train(was_training)
+        stops = set(eos_token_ids(tokenizer))
+        for p, row in zip(prompts, out[:, width:].tolist(), strict=True):
+            # up to and with the first end-of-turn token (generate pads after it)
+            end = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
+            self.seqs.append(AnchorSeq(p, [int(t) for t in row[:end]]))
 
     def batch(self) -> list[AnchorSeq]:
         """The next `per_step` sequences, in turn."""
