@@ -194,11 +194,11 @@ class TrainSettings(_Section):
     kl_coef: float = Field(default=0.0, ge=0.0)
     """Weight of a KL anchor to the base model (k3 on the sampled tokens; the base is the
     adapter turned off, so LoRA and QLoRA only): keeps the policy near what it was."""
-    anchor_coef: float = Field(default=0.0, ge=0.0)
+    anchor_coef: float = Field(default=1.0, ge=0.0)
     """Weight of the anchor: KL(base || policy) over the whole vocabulary on the base
     model's own answers to general prompts you never ask (`assets/anchor_prompts.jsonl`),
     held each step: what you teach on your prompts does not turn other kinds of answer
-    into loops (LoRA and QLoRA only; docs/learning.md)."""
+    into loops (LoRA and QLoRA only; 0 = off; docs/learning.md)."""
     anchor_items: int = Field(default=8, ge=1, le=32)
     """Anchor answers per step."""
     anchor_tokens: int = Field(default=48, ge=8, le=256)

@@ -114,7 +114,11 @@ def start_engine(home: Path, env: dict[str, str], events: Any = None) -> Any:
     # The torch backend serves unless a test asks for another: these tests reach into its
     # model; llama.cpp (the default where installed) has its own end-to-end tests
     # (tests/engine/backends/llamacpp/test_llamacpp_backend.py, test_smoke.py).
-    defaults = {"CLAWRL_GUARD__ENABLED": "false", "CLAWRL_HARDWARE__BACKEND": "torch"}
+    # The trainer's anchor (the base's answers to 32 prompts, generated when the trainer
+    # starts, and a KL on 8 of them each step) likewise: tests/engine/training/test_training.py
+    # and test_anchor.py turn it on.
+    defaults = {"CLAWRL_GUARD__ENABLED": "false", "CLAWRL_HARDWARE__BACKEND": "torch",
+                "CLAWRL_TRAIN__ANCHOR_COEF": "0"}  # fmt: skip
     settings = load_settings(env={**defaults, **env}).settings
     return EngineThread(settings, app_paths(home), events=events).start()
 

@@ -46,6 +46,7 @@ def app_env(home: Path, model_dir: Path, port: int, extra: Mapping[str, str]) ->
         PYTHON_KEYRING_BACKEND="keyring.backends.fail.Keyring",
         CLAWRL_GUARD__ENABLED="false",  # the guard's own tests turn it on
         CLAWRL_HARDWARE__BACKEND="torch",  # llama.cpp has its own end-to-end tests
+        CLAWRL_TRAIN__ANCHOR_COEF="0",  # the anchor's own tests turn it on
     )
     env.update(extra)
     return env

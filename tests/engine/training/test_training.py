@@ -80,6 +80,9 @@ def training_engine(
         "CLAWRL_REVIEW__GRACE_S": "0",
         "CLAWRL_TRAIN__W_OPD": "1.5",  # the combine weights reach the trainer's loss
         "CLAWRL_TRAIN__KL_COEF": "0.05",  # and the KL anchor (the trainer scores the base)
+        "CLAWRL_TRAIN__ANCHOR_COEF": "1.0",  # and the anchor on general prompts, as shipped
+        "CLAWRL_TRAIN__ANCHOR_ITEMS": "2",
+        "CLAWRL_TRAIN__ANCHOR_TOKENS": "16",
     }
     running = start_engine(tmp_path_factory.mktemp("train-home"), env, training_events.append)
     yield running
@@ -160,6 +163,11 @@ def test_trainer_process_steps_publishes_and_serves_the_new_version(training_eng
     written = json.loads(eng.trainer.config_file.read_text())
     assert (written["w_opd"], written["w_rl"], written["method"]) == (1.5, 1.0, "combine")
     assert written["kl_coef"] == 0.05
+    assert (written["anchor_coef"], written["anchor_items"], written["anchor_tokens"]) == (
+        1.0,
+        2,
+        16,
+    )
 
 
 def test_steps_pause_for_serving_within_their_budget_and_report_events(
