@@ -104,14 +104,14 @@ def score_here(phrasings: Path, calibration: Path) -> dict[str, Any]:
                 f"{split}/{kind}",
                 [i for i, r in enumerate(rows) if r["split"] == split and r["kind"] == kind],
             )
-    for rnd in (1, 2):
+    for rnd in sorted({r.get("round", 1) for r in rows}):
         add(
             f"heldout, round {rnd}",
             [i for i, r in enumerate(rows) if r["split"] == "heldout" and r.get("round", 1) == rnd],
         )
     report["misses"] = [
         {
-            "split": r["split"] + ("" if r.get("round", 1) == 1 else "/r2"),
+            "split": r["split"] + ("" if r.get("round", 1) == 1 else f"/r{r['round']}"),
             "family": r["family"],
             "reply": r["reply"],
             "label": r["label"],

@@ -39,16 +39,16 @@ _VERBS = (
     r"limit|cap|stick|start|begin|lead|end|number|bullet|be|sound|talk|speak|go|"
     r"walk|try|do|summari[sz]e|compare|rank|justify|illustrate|back|arrange|group|trim|cut|pare|tighten|simplify|expand|clarify|tone|dial|drop|remove|delete|omit|"
     r"skip|ditch|lose|leave|avoid|stop|cite|reduce|lower|lighten|soften|sum|boil|get|say|"
-    r"spell|present|lay|organi[sz]e|structure|order|sort|swap|replace|change|switch|move"
+    r"spell|present|lay|organi[sz]e|structure|order|sort|swap|replace|change|switch|move|open"
 )
 # Verbs of removal: any definite object is a part of the answer ("drop the jokes").
 _REMOVE_VERBS = r"drop|remove|delete|omit|skip|ditch|lose|cut|leave out|get rid of|strip"
 # Verbs of addition: "too" / "as well" / "also" makes the object a part of the answer.
-_ADD_VERBS = r"add|include|mention|cover|list|give|show|note|state|explain|tell"
+_ADD_VERBS = r"add|include|mention|cover|list|give|show|note|state|explain|tell|say"
 
 _FORM_NOUNS = (
     r"words?|sentences?|lines?|paragraphs?|para|bullets?|bullet ?points?|points|list|table|"
-    r"steps?|headings?|headers?|sections?|code ?block|markdown|json|csv|yaml|prose|"
+    r"steps?|headings?|headers?|sections?|code ?block|markdown|json|csv|yaml|prose|points?|"
     r"plain text|text|tone|voice|register|style|emojis?|emoticons|exclamation (?:marks?|"
     r"points?)|exclamations|asterisks|bold|italics|jargon|fluff|filler|waffle|intro|"
     r"introduction|preamble|summary|conclusion|tl;?dr|gist|examples?|details?|sources?|"
@@ -86,7 +86,7 @@ _ANAPHORA_RE = re.compile(rf"\b(?:{_ANAPHORA})\b(?!\s+(?:is|was|are)\b)", _I)
 # "explain" / "tell me" ask for a new answer unless they point at this one ("explain why").
 _EXPLAIN_RE = re.compile(
     r"^(?:explain|tell me|say)\b(?:\s+(?:it|that|this|your \w+|why\s*(?:$|[.,!?;]|that|this|"
-    r"it|not|so)|like i'?m|(?:more )?simply|better|again|properly|differently))",
+    r"it|not|so)|like i'?m|(?:more )?simply|better|again|properly|differently|more\b))",
     _I,
 )
 _ASKED_RE = re.compile(
@@ -105,17 +105,31 @@ def _target(text: str) -> bool:
     return bool(_FORM_TARGET_RE.search(text) or _ANAPHORA_RE.search(text))
 
 
+def names_a_form(text: str) -> bool:
+    """Whether `text` names a form of the answer ("shorter", "bullets", "at most 15")."""
+    return bool(_FORM_TARGET_RE.search(text))
+
+
+def _new_thing(rest: str) -> bool:
+    """Whether a verb's object is a new thing to make ("a short poem about the sea")."""
+    m = _NEW_THING_RE.search(rest)
+    if m is None:
+        return False
+    return not _FORM_NOUN_RE.search(m.group("thing")) and not _ANAPHORA_RE.search(rest)
+
+
 _MARKER_RE = re.compile(
-    r"\b(?:please|pls|plz|max(?:imum)?|tops|only|would be (?:\w+ )?(?:better|nicer|ideal|"
+    r"\b(?:please|pls|plz|max(?:imum)?|tops|only|would be (?:\w+ )?(?:\w+er|better|ideal|"
     r"easier|great|good|helpful|clearer|fine|enough)|would help|is enough|will do|instead|"
-    r"next time|from now on|in future|going forward)\b|\?\s*$|^\W*(?:just|only)\b",
+    r"next time|from now on|in future|going forward|at most|no more than|or (?:fewer|less)|"
+    r"first|up top|at the top)\b|\?\s*$|^\W*(?:just|only)\b",
     _I,
 )
 
 # Leading words that frame a request without changing it: peeled off before the verb.
 _FRAMING_RE = re.compile(
     r"^(?:(?:no|nope|nah|ok|okay|oh|ah|hmm+|um+|well|also|and|but|except|though|however|so|"
-    r"now|then|please|pls|"
+    r"now|then|please|pls|remember|"
     r"plz|just|maybe|actually|again|hey|whoa|wow|ugh|yeah|yes|sure|great|thanks|thank you|"
     r"cool|nice|perfect|good|fine|alright|honestly|seriously|kindly|next time|from now on|"
     r"in future|going forward|instead|(?:can|could|would|will|won'?t) (?:you|u)|"
@@ -138,6 +152,13 @@ _PHRASAL_RE = re.compile(
     r"(?:down|back|up|out)\b",
     _I,
 )
+# "a short poem about the sea": a new thing to make, named by a noun that is not the answer's.
+_NEW_THING_RE = re.compile(
+    r"^(?:me |us )?(?:a|an|some|another|one|two|three)\s+(?P<thing>(?:[\w-]+\s+){0,3}?[\w-]+)"
+    r"\s+(?:about|on|for|of|that|to|with|where|in)\b",
+    _I,
+)
+_FORM_NOUN_RE = re.compile(rf"\b(?:{_FORM_NOUNS})\b", _I)
 _NOT_A_REQUEST_RE = re.compile(
     r"^keep (?:it|them|that|things|this) (?:up|coming|going|like (?:this|that)|"
     r"(?:this|that) way|(?:this|that|so) \w+)\b",
@@ -151,7 +172,8 @@ _OPENING_RE = re.compile(
 _PREFERENCE_RE = re.compile(
     r"^i(?:'?d| would)? (?:much )?(?:prefer|rather|have preferred)\b|^i(?:'?d| would) (?:like|love)\b|"
     r"^i (?:only |just |really )?(?:want|need|wanted|needed|asked for|was (?:after|hoping for)|"
-    r"meant)\b",
+    r"meant)\b|^i (?:really )?(?:like|prefer) (?:my |your |the )?(?:answers?|replies|responses)\b|"
+    rf"^i like (?:it|them) (?:{_COMPARATIVES})\b",
     _I,
 )
 _COMPLAINT_RE = re.compile(
@@ -159,7 +181,8 @@ _COMPLAINT_RE = re.compile(
     r"sounds?|way|far|much|a bit|bit|a little|rather|kinda|kind of|still|pretty|really|"
     r"slightly|somewhat|just|all|waaa*y|so|and|but|also)\W+)*too\s+"
     r"(?!bad\b|late\b|early\b|kind\b|good\b|sweet\b|funny\b|\W*$)\w+|"
-    r"\ba lot of (?:text|words|info|information|detail|reading|scrolling)\b|"
+    r"\ba lot of (?:text|words|info|information|detail|reading|scrolling|waffle|fluff|filler|"
+    r"padding)\b|\b(?:rambl(?:e|es|ed|ing)|waffl(?:e|es|ed|ing)|long-?winded)\b|"
     r"\bwall of text\b|\btoo (?:much|many)\b|\ba bit much\b|\boverkill\b|\bmouthful\b|"
     r"\b(?:reads|sounds|looks) like (?:a|an) (?:\w+ )?(?:novel|essay|ad|advert|brochure|lecture|"
     r"textbook|robot|sales pitch|press release|wikipedia|thesis|book|manual)\b|"
@@ -221,7 +244,7 @@ def request_kind(clause: str) -> str | None:
     if _ALSO_ADD_RE.search(text) or _EXPLAIN_RE.search(core):
         return "imperative"
     rest = core.split(None, 1)[1] if " " in core else ""
-    if _VERB_RE.search(core) and _target(rest):
+    if _VERB_RE.search(core) and _target(rest) and not _new_thing(rest):
         return "imperative with a target"
     if _PREFERENCE_RE.search(core) and (_target(core) or "rather" in core.lower()):
         return "preference"

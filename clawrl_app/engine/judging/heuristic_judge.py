@@ -43,7 +43,7 @@ import re
 from dataclasses import dataclass
 
 from clawrl_app.engine.chat.messages import message_text
-from clawrl_app.engine.judging.change_requests import change_request, request_hint
+from clawrl_app.engine.judging.change_requests import change_request, names_a_form, request_hint
 from clawrl_app.engine.judging.corrections import (
     actually_correction,
     continuation,
@@ -54,7 +54,7 @@ from clawrl_app.engine.judging.corrections import (
 from clawrl_app.engine.judging.prompts import JudgeInput
 from clawrl_app.engine.judging.reply_values import bare_name, near_miss, replacement_value
 
-HEURISTIC_RULES_VERSION = "heuristic-v3"
+HEURISTIC_RULES_VERSION = "heuristic-v4"
 """Bump when any pattern below changes; recorded with every heuristic verdict."""
 
 _I = re.IGNORECASE
@@ -121,7 +121,14 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("I asked", re.compile(r"\bi asked\b", _I)),
     ("please don't", re.compile(r"\bplease (?:don'?t|do not)\b", _I)),
     ("stop", re.compile(r"\bstop\b", _I)),
-    ("shorter", re.compile(r"\bshorter\b", _I)),
+    (
+        "shorter",
+        re.compile(
+            r"(?<!much )(?<!way )(?<!far )\bshorter\b|"
+            r"\b(?:much|way|far) shorter\b(?!\W+(?:thanks|thank you|thx|ty|cheers)\b)",
+            _I,
+        ),
+    ),
     ("too long", re.compile(r"\btoo (?:long|short|verbose|wordy)\b", _I)),
     ("instead", re.compile(r"\binstead\b", _I)),
     ("should be", re.compile(r"\bshould be\b", _I)),
@@ -161,6 +168,16 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("ok, now", re.compile(r"\b(?:ok|okay)\s*,?\s*now\b", _I)),
     ("love it", re.compile(r"\blove (?:it|this|that)\b", _I)),
     ("sweet", re.compile(r"\b(?:sweet|neat|good one|much better|not bad)\b", _I)),
+    (
+        "better",
+        re.compile(
+            r"^\W*(?:much |way |far |a lot |so much )?better\W*$|\bmore like it\b|"
+            r"(?<!not )(?<!not the )(?<!n't the )\b(?:right|good|perfect|nice|ideal) "
+            r"(?:length|size|amount|format|tone|level of detail)\b|"
+            r"^\W*(?:yes|yeah|yep|yup)\W+(?:\w+ )?like (?:that|this)\b",
+            _I,
+        ),
+    ),
     (
         "it worked",
         re.compile(
@@ -208,7 +225,7 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         "good answer",
         re.compile(
             r"\bgood (?:answer|job|stuff|work)\b|\blovely\b|\bwhat i was (?:after|looking for)\b|"
-            r"^\W*good\W*(?:$|[,!.]\s*(?:that'?s|this is|thanks|thank you))",
+            r"^\W*good\W*(?:$|[,!.]\s*(?:that'?s|this is|thanks|thank you|now|next)\b)",
             _I,
         ),
     ),
@@ -351,7 +368,7 @@ def corrective_hint(text: str) -> str | None:
     The reply's request sentences when it has any ("That is a lot of text. Keep it to
     about a dozen words, please." -> "Keep it to about a dozen words, please."); otherwise
     the whole reply, fillers stripped, at most three sentences, None when fewer than 10
-    characters remain.
+    characters remain unless they name a form of the answer ("shorter").
     """
     request = request_hint(text)
     if request is not None:
@@ -364,6 +381,6 @@ def corrective_hint(text: str) -> str | None:
         remaining = stripped
     sentences = [s for s in _SENTENCE_END_RE.split(remaining) if s]
     hint = " ".join(sentences[:3]).strip()
-    if len(hint) < _MIN_HINT_CHARS:
+    if len(hint) < _MIN_HINT_CHARS and not names_a_form(hint):
         return None
     return hint[0].upper() + hint[1:]

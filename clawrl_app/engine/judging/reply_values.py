@@ -61,6 +61,16 @@ _MAX_SHORT_WORDS = 6
 _NEW_QUESTION_RE = re.compile(
     r"^\W*(?:who|what|whats|when|where|which|why|how|can|could|would|do|does|is|are)\b", _I
 )
+# A statement about the user ("We went there in 2015.", "My flight is on Friday."): news,
+# not a value put in place of the answer's, unless framed as a correction.
+# A new task that happens to carry a number ("Convert 20 euros to dollars.").
+_NEW_TASK_RE = re.compile(
+    r"^\W*(?:plan|convert|translate|write|list|name|suggest|calculate|compute|find|give me|"
+    r"show me|tell me|explain|describe|summari[sz]e|draft|create|generate|recommend|book|"
+    r"schedule|estimate|draw|compose|pick|choose)\b",
+    _I,
+)
+_ABOUT_ME_RE = re.compile(r"^\W*(?:i|we|my|our|i'?m|i'?ve|i'?ll|we'?re|we'?ve|we'?ll)\b", _I)
 
 
 def extract_values(text: str) -> dict[str, set[str]]:
@@ -100,13 +110,17 @@ def replacement_value(reply: str, answer: str) -> str | None:
     Only for a short reply (at most six words) or one framed as a correction ("not",
     "actually", "it's", "should", a question mark, an asterisk), so that a long reply that
     happens to mention a number is not read as a correction; nor is a new question ("Who
-    won the 1998 World Cup?"). A bare hour ("make fri 8")
+    won the 1998 World Cup?") or news about the user ("We went there in 2015."). A bare hour ("make fri 8")
     counts as a time when the answer gave times and no other numbers.
     """
     words = reply.split()
     if len(words) > _MAX_SHORT_WORDS and not _FRAMING_RE.search(reply):
         return None
     if _NEW_QUESTION_RE.search(reply):
+        return None
+    if _ABOUT_ME_RE.search(reply) and not _FRAMING_RE.search(reply):
+        return None
+    if _NEW_TASK_RE.search(reply) and not _FRAMING_RE.search(reply):
         return None
     mine, theirs = extract_values(reply), extract_values(answer)
     if theirs["time"] and not theirs["number"]:

@@ -209,3 +209,40 @@ def test_a_corrections_hint_contains_the_request_words() -> None:
         words = {w.strip(".,!?'").lower() for w in hint.split()}
         reply_words = {w.strip(".,!?'").lower() for w in row["reply"].split()}
         assert words <= reply_words, (row["reply"], hint)
+
+
+# --- round 3 (heuristic-v4): the misses of its first score, each with a near neighbour -----
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        ("Remember, I like my answers brief.", -1),
+        ("I like it short.", -1),
+        ("I like this a lot.", 1),
+        ("You're rambling.", -1),
+        ("That's a lot of waffle.", -1),
+        ("Three lines at most.", -1),
+        ("Summary first, details after.", -1),
+        ("Open with the bottom line.", -1),
+        ("Tell me more about who built it.", -1),
+        ("Say something about the visitors too.", -1),
+        ("That's the right length.", 1),
+        ("That's not the right length.", -1),
+        ("Better.", 1),
+        ("That's more like it.", 1),
+        ("Yes, short like that.", 1),
+        ("Much shorter, thank you!", 1),
+        ("Good info but I wanted something much shorter.", -1),
+        ("Much shorter please.", -1),
+        ("We went there in 2015.", 0),
+        ("I think it's 324 metres.", -1),
+        ("Write a short poem about the sea.", 0),
+        ("Write a short answer about the sea.", -1),
+        ("Use a code block for the command.", -1),
+        ("Convert 20 euros to dollars.", 0),
+        ("Good. Now write the intro.", 1),
+    ],
+)
+def test_round_three_wordings(reply: str, score: int) -> None:
+    got, hint = judge(reply)
+    assert got == score, reply
+    assert (hint is not None) is (score == -1), reply
