@@ -471,8 +471,57 @@ OPEN_PROMPTS = (
 )  # fmt: skip
 """Open-ended prompts answered at length (128 tokens) to see loops: not any user's request."""
 
-USERS: dict[str, Persona] = {**PERSONAS, **_variants()}
-"""The four personas and their user variants, by name."""
+POOL_USERS: dict[str, Persona] = {**PERSONAS, **_variants()}
+"""The users whose held-out prompts make the form pool (fixed, so that its rates compare
+across runs and sessions)."""
+
+HISTORY_PROMPTS = (
+    "Who built the pyramids of Giza?", "Why did the Roman Empire fall?",
+    "What was the Silk Road?", "Who was Marie Curie?", "What started the First World War?",
+    "How did the printing press change Europe?", "What was the Renaissance?",
+    "Who was Genghis Khan?", "What was the Industrial Revolution?",
+    "How does a steam engine work?", "How does a lock and key work?",
+    "How does a camera take a picture?", "How does a bicycle gear work?",
+    "How does a submarine dive?", "How does a thermometer work?",
+    "How does a piano make sound?", "Who invented the telephone?",
+    "What was the Cold War?", "Who was Cleopatra?", "How does a hot air balloon fly?",
+    "How does a smoke detector work?", "How does an elevator work?",
+    "What was the Great Wall of China for?", "Who were the Vikings?",
+    "How does a compass work?", "How does a lighthouse work?",
+    "What was the Magna Carta?", "How does a windmill grind grain?",
+    "How does a parachute work?", "Who was Leonardo da Vinci?",
+    "How does a sewing machine work?", "What was the Bronze Age?",
+)  # fmt: skip
+HISTORY_HELD_OUT = (
+    "Who was Julius Caesar?", "How does a zipper work?", "What was the Black Death?",
+    "How does a water wheel work?", "Who was Isaac Newton?", "How does a kettle boil water?",
+    "What was the Ottoman Empire?", "How does a clock keep time?",
+    "Who were the Aztecs?", "How does a canal lock work?",
+)  # fmt: skip
+
+
+def _late_users() -> dict[str, Persona]:
+    """Users written after the method was tuned, run as held-out users: nothing in the app
+    or the bench was changed after seeing them. Their prompts are not in the form pool."""
+    return {
+        "brevity/w20": replace(
+            PERSONAS["brevity"],
+            name="brevity/w20",
+            description="history and how-things-work questions, under 20 words; "
+            "temperature 0.9; max_tokens 100",
+            complies=words_at_most(20),
+            correction="Please keep answers under 20 words.",
+            thanks="Cheers, that's great.",
+            train_prompts=HISTORY_PROMPTS,
+            heldout_prompts=HISTORY_HELD_OUT,
+            max_tokens=100,
+            temperature=0.9,
+        ),
+    }
+
+
+USERS: dict[str, Persona] = {**POOL_USERS, **_late_users()}
+"""The four personas, their user variants and the late (held-out) users, by name."""
 
 
 def form_pool(persona: Persona) -> tuple[str, ...]:
@@ -483,7 +532,8 @@ def form_pool(persona: Persona) -> tuple[str, ...]:
     answer: ten held-out prompts alone cannot show a rise of 0.05 (one answer is 0.10)."""
     seen = set(persona.train_prompts)
     pool: list[str] = []
-    for p in (*persona.heldout_prompts, *(q for u in USERS.values() for q in u.heldout_prompts)):
+    others = (q for u in POOL_USERS.values() for q in u.heldout_prompts)
+    for p in (*persona.heldout_prompts, *others):
         if p not in seen:
             seen.add(p)
             pool.append(p)

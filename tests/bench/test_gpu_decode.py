@@ -39,5 +39,9 @@ def test_side_by_side_rows_on_a_tiny_model(embedded_model: Any, tmp_path: Path) 
     ]
     for _, value, _ in rows[:4]:
         bare, ours, ratio = map(float, re.fullmatch(r"(\S+) vs (\S+) \((\S+)x\)", value).groups())  # type: ignore[union-attr]
-        assert bare > 0 and ours > 0 and ratio == pytest.approx(ours / bare, abs=0.01)
+        assert bare > 0 and ours > 0
+        # the figures are printed to 2 decimals, the ratio from the unrounded ones: allow for
+        # the rounding of both (a fast CPU makes ms/token small and the error relatively big)
+        slack = (ours / bare) * (0.005 / bare + 0.005 / ours) + 0.005
+        assert abs(ratio - ours / bare) <= slack
     assert len(said) == 4

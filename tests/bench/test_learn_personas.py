@@ -11,9 +11,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from learn_personas import (  # noqa: E402
     PERSONAS,
+    POOL_USERS,
     USERS,
     bulleted_list,
     calm_plain,
+    form_pool,
     one_short_sentence,
     summary_first,
     words_at_most,
@@ -167,3 +169,22 @@ def test_gist(text: str, ok: bool) -> None:
     from learn_personas import gist
 
     assert gist(text) is ok
+
+
+def test_late_users_are_held_out_from_the_pool_and_every_other_prompt_set() -> None:
+    late = {n: u for n, u in USERS.items() if n not in POOL_USERS}
+    assert late, "at least one user written after the method was tuned"
+    known = {q for u in POOL_USERS.values() for q in (*u.train_prompts, *u.heldout_prompts)}
+    root = Path(__file__).resolve().parents[2] / "assets"
+    shipped = "".join(
+        (root / f).read_text(encoding="utf-8")
+        for f in ("open_prompts.jsonl", "anchor_prompts.jsonl", "general_set.jsonl")
+    )
+    for u in late.values():
+        mine = {*u.train_prompts, *u.heldout_prompts}
+        assert not mine & known
+        assert not [p for p in mine if p in shipped]
+        assert not set(u.train_prompts) & set(u.heldout_prompts)
+        for other in POOL_USERS.values():
+            assert not mine & set(form_pool(other))
+        assert form_pool(u)[: len(u.heldout_prompts)] == u.heldout_prompts
