@@ -262,6 +262,21 @@ def _repeats(verdict: dict[str, Any]) -> str:
     return f", repeats {_fig(verdict['user_repetition'])} vs {_fig(verdict.get('base_user_repetition'))}"
 
 
+def _at_length(verdict: dict[str, Any]) -> str:
+    """ " · at your length (64 tok) 0.04 vs base 0.04, new loops 1/24" when measured."""
+    n = verdict.get("budget_n")
+    if not n:
+        return ""
+    share = verdict.get("budget_new_loops")  # a share of the n answers
+    loops = "-" if share is None else str(round(share * n))
+    return (
+        f" · at your length ({verdict.get('budget_tokens')} tok) "
+        f"{_fig(verdict.get('budget_degeneration'))} vs base "
+        f"{_fig(verdict.get('base_budget_degeneration'))}, new loops "
+        f"{loops}/{n}"
+    )
+
+
 def _confirmed(verdict: dict[str, Any]) -> str:
     """ ", 24 prompts, confirmed" when one answer's refusal was checked on more prompts."""
     if not verdict.get("user_confirmed"):
@@ -272,7 +287,8 @@ def _confirmed(verdict: dict[str, Any]) -> str:
 def guard_score_lines(status: dict[str, Any]) -> list[str]:
     """The regression guard's last checked versions, one line each: personal score (with
     "n/8, not deciding" under the minimum of held-out turns), general score, degeneration
-    rate (and on the user's own prompts, against the base's there), verdict. Empty before the first check."""
+    rate (and on the user's own prompts, against the base's there; and on open prompts at the
+    user's answer length, with the new loops), verdict. Empty before the first check."""
     guard = (status.get("publishing") or {}).get("guard") or {}
     recent = guard.get("recent") or []
     if not recent:
@@ -295,8 +311,8 @@ def guard_score_lines(status: dict[str, Any]) -> list[str]:
         )
         lines.append(
             f"{v['candidate']:<9} personal {_fig(v.get('personal'))} ({turns}) · general "
-            f"{_fig(v.get('general'))} · degeneration {_fig(v.get('degeneration'))}{mine} · "
-            f"{verdict}"
+            f"{_fig(v.get('general'))} · degeneration {_fig(v.get('degeneration'))}{mine}"
+            f"{_at_length(v)} · {verdict}"
         )
     return lines
 

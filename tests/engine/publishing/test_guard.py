@@ -343,6 +343,7 @@ def test_doctor_prints_the_guards_settings_count_and_latest_verdicts(tmp_path: P
     lines = guard_lines(Settings(), tmp_path / "s.db")
     assert lines[0].startswith("on: every 1 checkpoint(s)")
     assert "or a degeneration rate > base + 0.05 (answers to the questions and 12 open" in lines[0]
+    assert "and 24 more open prompts at your answer length)" in lines[0]
     assert "with >= 8 held-out turns; fewer: not deciding" in lines[0]
     assert (
         "new loops > 0.05 (to the nearest answer); one answer alone: confirmed on the next "
@@ -416,5 +417,11 @@ def test_the_dashboard_shows_each_checked_versions_scores_and_degeneration() -> 
     sure_lines = guard_score_lines({"publishing": {"guard": {**guard, "recent": [sure]}}})
     assert sure_lines[1].endswith(
         "(your prompts 0.25 vs base 0.00, 24 prompts, confirmed) · passed"
+    )
+    at = {**verdict("v5", True, 9, True, 0.06), "budget_tokens": 64, "budget_n": 24,
+          "budget_degeneration": 0.08, "base_budget_degeneration": 0.04, "budget_new_loops": 2 / 24}  # fmt: skip
+    at_lines = guard_score_lines({"publishing": {"guard": {**guard, "recent": [at]}}})
+    assert at_lines[1].endswith(
+        "degeneration 0.06 · at your length (64 tok) 0.08 vs base 0.04, new loops 2/24 · passed"
     )
     assert guard_score_lines({}) == [] and guard_score_lines({"publishing": {"guard": {}}}) == []
