@@ -203,6 +203,10 @@ class TrainSettings(_Section):
     """Anchor answers per step."""
     anchor_tokens: int = Field(default=48, ge=8, le=256)
     """Length of the base model's anchor answers (tokens)."""
+    anchor_free_stop: bool = False
+    """The anchor leaves where to stop free: the end-of-turn tokens are left out of its KL,
+    so a request for shorter answers is not held back on the anchor prompts, while what the
+    answers say stays the base's."""
     signal_norm: float = Field(default=0.25, ge=0.0)
     """A step whose gradient norm is under this moves at lr * norm / this: a batch that says
     little moves the weights little (Adam alone moves them ~lr either way; 0 = off)."""

@@ -29,6 +29,8 @@ from clawrl_app.paths import asset_path
 
 ANCHOR_FILE = "anchor_prompts.jsonl"
 PAD_ID = 0
+_NO_MASS = -1e9
+"""A logit whose probability is 0 in float32 and whose log-prob difference stays finite."""
 
 
 def load_anchor_prompts() -> list[str]:
@@ -37,13 +39,20 @@ def load_anchor_prompts() -> list[str]:
     return [str(json.loads(line)["prompt"]) for line in lines if line.strip()]
 
 
-def forward_kl(base_logits_BTV: torch.Tensor, logits_BTV: torch.Tensor, mask_BT: torch.Tensor
-               ) -> torch.Tensor:  # fmt: skip
+def forward_kl(base_logits_BTV: torch.Tensor, logits_BTV: torch.Tensor, mask_BT: torch.Tensor,
+               free_ids: Sequence[int] = ()) -> torch.Tensor:  # fmt: skip
     """Mean over the masked positions of KL(p_base || p) over the whole vocabulary: 0 when
     the two distributions agree, large where the policy has taken mass off tokens the base
-    deemed likely. Computed in float32."""
-    logp_base = torch.log_softmax(base_logits_BTV.float(), dim=-1)
-    logp = torch.log_softmax(logits_BTV.float(), dim=-1)
+    deemed likely. Computed in float32. `free_ids` (the end-of-turn tokens) are left out of
+    both distributions, which are renormalised over the rest: where to stop is the user's
+    to teach, what is said before it stays the base's."""
+    base, mine = base_logits_BTV.float(), logits_BTV.float()
+    if free_ids:
+        ids = torch.tensor(sorted(set(free_ids)), device=mine.device)
+        base = base.index_fill(-1, ids, _NO_MASS)
+        mine = mine.index_fill(-1, ids, _NO_MASS)
+    logp_base = torch.log_softmax(base, dim=-1)
+    logp = torch.log_softmax(mine, dim=-1)
     kl_BT = (logp_base.exp() * (logp_base - logp)).sum(dim=-1)  # (B, T)
     m = mask_BT.float()
     return (kl_BT * m).sum() / m.sum().clamp(min=1.0)
@@ -76,11 +85,18 @@ def _padded(seqs: Sequence[AnchorSeq], device: torch.device) -> tuple[torch.Tens
 class Anchor:
     """The anchor sequences of one trainer and the loss on a few of them per step."""
 
-    def __init__(self, per_step: int, max_tokens: int) -> None:
+    def __init__(self, per_step: int, max_tokens: int, free_stop: bool = False) -> None:
         self.per_step = per_step
         self.max_tokens = max_tokens
+        self.free_stop = free_stop
+        self.free_ids: list[int] = []
         self.seqs: list[AnchorSeq] = []
         self._next = 0
+
+    @classmethod
+    def of(cls, cfg: Any) -> Anchor:
+        """The anchor a `TrainerConfig` asks for."""
+        return cls(cfg.anchor_items, cfg.anchor_tokens, cfg.anchor_free_stop)
 
     def build(self, peft_model: Any, tokenizer: Any, device: torch.device) -> None:
         """The base model's greedy answers (adapter off) to the anchor prompts; the same on
@@ -106,6 +122,7 @@ class Anchor:
         finally:
             peft_model.train(was_training)
         stops = set(eos_token_ids(tokenizer))
+        self.free_ids = sorted(stops) if self.free_stop else []
         for p, row in zip(prompts, out[:, width:].tolist(), strict=True):
             # up to and with the first end-of-turn token (generate pads after it)
             end = next((k + 1 for k, t in enumerate(row) if t in stops), len(row))
@@ -124,7 +141,7 @@ class Anchor:
         with torch.no_grad(), peft_model.disable_adapter():
             base_BLV = model(input_ids=ids_BL, attention_mask=attn_BL).logits
         logits_BLV = model(input_ids=ids_BL, attention_mask=attn_BL).logits
-        return forward_kl(base_BLV, logits_BLV, pred_BL)
+        return forward_kl(base_BLV, logits_BLV, pred_BL, self.free_ids)
 
 
 def anchor_backward(anchor: Anchor, accelerator: Any, model: Any, tokenizer: Any,

@@ -44,6 +44,8 @@ class TrainerConfig:
     prompts, times this (anchor.py); LoRA and QLoRA only."""
     anchor_items: int = 8
     anchor_tokens: int = 48
+    anchor_free_stop: bool = False
+    """The anchor leaves the end-of-turn tokens out of its KL (anchor.forward_kl)."""
     """Anchor sequences per step; the length of the base's answers to them."""
     repeat_ngram: int = 0
     """> 0: tokens repeating an earlier phrase of this many tokens in their answer are never

@@ -264,6 +264,7 @@ def trainer_config(
         anchor_coef=t.anchor_coef,
         anchor_items=t.anchor_items,
         anchor_tokens=t.anchor_tokens,
+        anchor_free_stop=t.anchor_free_stop,
         signal_norm=t.signal_norm,
         repeat_ngram=t.repeat_ngram,
         repeat_penalty=t.repeat_penalty,

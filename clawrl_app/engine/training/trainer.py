@@ -165,7 +165,7 @@ class Trainer:
         )
         self.objective = self._objective()
         adapter = cfg.mode != "full" and cfg.anchor_coef > 0
-        self.anchor = Anchor(cfg.anchor_items, cfg.anchor_tokens) if adapter else None
+        self.anchor = Anchor.of(cfg) if adapter else None
         self.anchor_kl: float | None = None
         self.pause_budget = PauseBudget(cfg.yield_max_s)
         self._owner_checked = 0.0

@@ -35,6 +35,28 @@ def test_forward_kl_is_zero_on_agreement_and_grows_where_mass_was_squeezed() -> 
     assert float(forward_kl(base, squeezed, only_first)) == pytest.approx(0.0, abs=1e-7)
 
 
+def test_free_ids_leave_where_to_stop_out_of_the_kl() -> None:
+    """A policy that only moved mass onto the end token (it learned to stop earlier) is held
+    back by the plain KL and not by the stop-free one; moved mass between other tokens still
+    counts, renormalised over them."""
+    base = torch.tensor([[[2.0, 1.0, 0.0, -1.0]]])  # (1, 1, 4); token 3 ends the turn
+    mask = torch.tensor([[1]])
+    stops_early = base.clone()
+    stops_early[0, 0, 3] = 5.0
+    assert float(forward_kl(base, stops_early, mask)) > 0.5
+    assert float(forward_kl(base, stops_early, mask, [3])) == pytest.approx(0.0, abs=1e-6)
+    squeezed = base.clone()
+    squeezed[0, 0, 0] = 9.0
+    by_hand = float(forward_kl(base[..., :3], squeezed[..., :3], mask))
+    assert by_hand > 0.5
+    assert float(forward_kl(base, squeezed, mask, [3])) == pytest.approx(by_hand, rel=1e-5)
+    # the gradient reaches the kept logits, never the freed ones
+    mine = squeezed.clone().requires_grad_(True)
+    forward_kl(base, mine, mask, [3]).backward()
+    assert mine.grad is not None and float(mine.grad[0, 0, 3]) == 0.0
+    assert float(mine.grad[0, 0, :3].abs().sum()) > 0.0
+
+
 def test_the_anchor_prompts_are_none_of_the_guards() -> None:
     """The guard checks what the anchor holds on other prompts, never the same ones."""
     anchors = load_anchor_prompts()
@@ -75,3 +97,13 @@ def test_the_anchor_is_zero_for_the_base_and_pulls_a_moved_adapter_back(
     anchor._next -= 2  # the same two sequences again
     after = anchor_backward(anchor, acc, peft_model, tok, 1.0)
     assert after < before
+
+
+def test_the_trainer_config_chooses_the_anchor() -> None:
+    from types import SimpleNamespace
+
+    a = Anchor.of(SimpleNamespace(anchor_items=3, anchor_tokens=16, anchor_free_stop=True))
+    assert (a.per_step, a.max_tokens, a.free_stop, a.free_ids) == (3, 16, True, [])
+    assert not Anchor.of(
+        SimpleNamespace(anchor_items=8, anchor_tokens=48, anchor_free_stop=False)
+    ).free_stop

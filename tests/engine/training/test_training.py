@@ -83,6 +83,7 @@ def training_engine(
         "CLAWRL_TRAIN__ANCHOR_COEF": "1.0",  # and the anchor on general prompts, as shipped
         "CLAWRL_TRAIN__ANCHOR_ITEMS": "2",
         "CLAWRL_TRAIN__ANCHOR_TOKENS": "16",
+        "CLAWRL_TRAIN__ANCHOR_FREE_STOP": "true",
     }
     running = start_engine(tmp_path_factory.mktemp("train-home"), env, training_events.append)
     yield running
@@ -168,6 +169,7 @@ def test_trainer_process_steps_publishes_and_serves_the_new_version(training_eng
         2,
         16,
     )
+    assert written["anchor_free_stop"] is True
 
 
 def test_steps_pause_for_serving_within_their_budget_and_report_events(
