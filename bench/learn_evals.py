@@ -115,6 +115,10 @@ def pool_form(url: str, persona: Persona, max_tokens: int, workers: int) -> dict
     }
 
 
+COMPARE_MAX_PROMPTS = 50
+"""Prompts per `POST /admin/compare` request (the route's limit)."""
+
+
 def every_version(
     client: httpx.Client, url: str, store: Any, persona: Persona, max_tokens: int
 ) -> list[dict[str, Any]]:
@@ -133,16 +137,22 @@ def every_version(
     out = []
     for k in range(0, len(versions), 2):
         a, b = versions[k], versions[k + 1] if k + 1 < len(versions) else None
-        body = {"a": a.version, "b": b.version if b else "base", "prompts": prompts,
-                "max_tokens": max_tokens}  # fmt: skip
-        r = client.post(f"{base}/admin/compare", json=body, timeout=1800)
-        if r.status_code != 200:
-            out.append({"version": a.version, "status": a.status, "error": r.text[:300]})
+        items, error = [], None
+        for i in range(0, len(prompts), COMPARE_MAX_PROMPTS):  # the route takes 50 at a time
+            body = {"a": a.version, "b": b.version if b else "base",
+                    "prompts": prompts[i : i + COMPARE_MAX_PROMPTS], "max_tokens": max_tokens}  # fmt: skip
+            r = client.post(f"{base}/admin/compare", json=body, timeout=1800)
+            if r.status_code != 200:
+                error = r.text[:300]
+                break
+            items += r.json()["items"]
+        if error is not None:
+            out.append({"version": a.version, "status": a.status, "error": error})
             continue
         for side, c in (("a", a), ("b", b)):
             if c is None:
                 continue
-            every = [item[side] for item in r.json()["items"]]
+            every = [item[side] for item in items]
             pool_forms = [degeneration(t) for t in every]
             texts, forms = every[:held], pool_forms[:held]
             (degenerate, looping), pool_rates = _rates(forms), _rates(pool_forms)
