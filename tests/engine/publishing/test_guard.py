@@ -188,7 +188,7 @@ def test_new_loops_refuse_a_version_whose_rate_fell() -> None:
 def test_open_prompts_at_the_users_length_refuse_more_new_loops_than_allowed() -> None:
     """48 open prompts answered at the user's length: 0.05 of them is 2.4, so 2 answers
     that loop where the base's do not pass and 3 refuse, whatever the other scores, unless
-    the version loops less than the base on them in all; the summary and the status say
+    the version loops no more than the base on them in all; the summary and the status say
     so; not measured (0 prompts): no rule."""
     s = GuardSettings(min_personal_items=4)
     served = VersionScores("v2", None, 0, 0.7, 40, degeneration=0.08, degeneration_n=52)
@@ -206,11 +206,13 @@ def test_open_prompts_at_the_users_length_refuse_more_new_loops_than_allowed() -
     assert v.as_dict()["budget_tokens"] == 64 and v.as_dict()["budget_n"] == 48
     assert decide(replace(v4, budget_new_loops=2 / 48), served, s, 0.6, 0.12).passed
     # where the base loops on many of them (gist's 128 tokens: 8 of 24), a version that
-    # loops less in all passes, new loops or not; as often as the base: refused
+    # loops less in all passes, new loops or not; as often as the base (w20's v1 at 100
+    # tokens: 3 new, 3 gone) too; one loop more than the base: refused
     fewer = replace(v4, budget_degeneration=4 / 24, base_budget_degeneration=8 / 24,
                     budget_new_loops=2 / 24, budget_n=24)  # fmt: skip
     assert decide(fewer, served, s, 0.6, 0.12).passed
-    assert not decide(replace(fewer, budget_degeneration=8 / 24), served, s, 0.6, 0.12).passed
+    assert decide(replace(fewer, budget_degeneration=8 / 24), served, s, 0.6, 0.12).passed
+    assert not decide(replace(fewer, budget_degeneration=9 / 24), served, s, 0.6, 0.12).passed
     unmeasured = replace(v4, budget_n=0, budget_new_loops=None)
     assert decide(unmeasured, served, s, 0.6, 0.12).passed
     assert "at your length" not in decide(unmeasured, served, s, 0.6, 0.12).summary()
