@@ -194,16 +194,20 @@ class TrainSettings(_Section):
     kl_coef: float = Field(default=0.0, ge=0.0)
     """Weight of a KL anchor to the base model (k3 on the sampled tokens; the base is the
     adapter turned off, so LoRA and QLoRA only): keeps the policy near what it was."""
-    anchor_coef: float = Field(default=1.0, ge=0.0)
+    anchor_coef: float = Field(default=2.5, ge=0.0)
     """Weight of the anchor: KL(base || policy) over the whole vocabulary on the base
     model's own answers to general prompts you never ask (`assets/anchor_prompts.jsonl`),
     held each step: what you teach on your prompts does not turn other kinds of answer
-    into loops (LoRA and QLoRA only; 0 = off; docs/learning.md)."""
+    into loops (LoRA and QLoRA only; 0 = off; docs/learning.md). The KL is a mean over the
+    answers' positions: 2.5 on 128-token answers holds each position about as hard as 1.0
+    did on 48 (1.0 on 128 let brevity/dozen's form pool reach 0.18)."""
     anchor_items: int = Field(default=8, ge=1, le=32)
     """Anchor answers per step."""
-    anchor_tokens: int = Field(default=48, ge=8, le=256)
-    """Length of the base model's anchor answers (tokens)."""
-    anchor_free_stop: bool = False
+    anchor_tokens: int = Field(default=128, ge=8, le=256)
+    """Length of the base model's anchor answers (tokens): the anchor holds nothing after
+    them, and a user who lets answers run to 100 tokens sees what comes there (48 held
+    brevity/w20 and tips25 back into loops at 96-100 tokens)."""
+    anchor_free_stop: bool = True
     """The anchor leaves where to stop free: the end-of-turn tokens are left out of its KL,
     so a request for shorter answers is not held back on the anchor prompts, while what the
     answers say stays the base's."""

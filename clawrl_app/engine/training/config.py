@@ -43,8 +43,8 @@ class TrainerConfig:
     """> 0: each step also holds KL(base || policy) on the base's answers to the anchor
     prompts, times this (anchor.py); LoRA and QLoRA only."""
     anchor_items: int = 8
-    anchor_tokens: int = 48
-    anchor_free_stop: bool = False
+    anchor_tokens: int = 128
+    anchor_free_stop: bool = True
     """The anchor leaves the end-of-turn tokens out of its KL (anchor.forward_kl)."""
     """Anchor sequences per step; the length of the base's answers to them."""
     repeat_ngram: int = 0
