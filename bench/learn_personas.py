@@ -500,6 +500,38 @@ HISTORY_HELD_OUT = (
 )  # fmt: skip
 
 
+SCIENCE_PROMPTS = (
+    "Why do frogs croak at night?", "How do bees make honey?",
+    "Why is the ocean salty?", "What causes thunder?", "How do birds know where to migrate?",
+    "How do jellyfish move?", "How do bubbles form in soda?", "What makes a volcano erupt?",
+    "Why do flamingos stand on one leg?", "How do cacti store water?", "What is a neutron star?",
+    "Why does the moon change shape?", "How do fish breathe underwater?",
+    "What causes a sandstorm?", "Why is snow white?", "How do spiders spin webs?",
+    "Why do onions make you cry?", "Why do camels have humps?", "How do bats find food at night?",
+    "Why does bread rise?", "What makes the wind blow?", "How do coral reefs grow?",
+    "Why do stars twinkle?", "How does the heart pump blood?", "What is a comet?",
+    "Why do we yawn?", "How do caterpillars become butterflies?", "What causes tides?",
+    "Why is grass green?", "How do geckos climb walls?", "What are clouds made of?",
+    "Why do dogs pant?",
+)  # fmt: skip
+SCIENCE_HELD_OUT = (
+    "Why do giraffes have long necks?", "How do ants find their way home?", "What causes hiccups?",
+    "Why is Mars red?", "How do owls see in the dark?", "What makes popcorn pop?",
+    "Why do ears pop on a plane?", "How do glaciers move?", "What is static electricity?",
+    "Why do apples turn brown?",
+)  # fmt: skip
+
+
+def one_sentence(max_words: int) -> Callable[[str], bool]:
+    """A single sentence of at most `max_words` words on one line (not empty)."""
+
+    def check(text: str) -> bool:
+        t = text.strip()
+        return bool(t) and "\n" not in t and len(t.split()) <= max_words and _sentences(t) <= 1
+
+    return check
+
+
 def _late_users() -> dict[str, Persona]:
     """Users written after the method was tuned, run as held-out users: nothing in the app
     or the bench was changed after seeing them. Their prompts are not in the form pool."""
@@ -516,6 +548,19 @@ def _late_users() -> dict[str, Persona]:
             heldout_prompts=HISTORY_HELD_OUT,
             max_tokens=100,
             temperature=0.9,
+        ),
+        "brevity/s1": replace(
+            PERSONAS["brevity"],
+            name="brevity/s1",
+            description="science questions, one sentence (<= 30 words); server's default "
+            "temperature; max_tokens 80",
+            complies=one_sentence(30),
+            correction="Can you say that in one sentence?",
+            thanks="Nice one.",
+            train_prompts=SCIENCE_PROMPTS,
+            heldout_prompts=SCIENCE_HELD_OUT,
+            max_tokens=80,
+            temperature=None,
         ),
     }
 
