@@ -39,12 +39,16 @@ _VERBS = (
     r"limit|cap|stick|start|begin|lead|end|number|bullet|be|sound|talk|speak|go|"
     r"walk|try|do|summari[sz]e|compare|rank|justify|illustrate|back|arrange|group|trim|cut|pare|tighten|simplify|expand|clarify|tone|dial|drop|remove|delete|omit|"
     r"skip|ditch|lose|leave|avoid|stop|cite|reduce|lower|lighten|soften|sum|boil|get|say|"
-    r"spell|present|lay|organi[sz]e|structure|order|sort|swap|replace|change|switch|move|open"
+    r"spell|present|lay|organi[sz]e|structure|order|sort|swap|replace|change|switch|move|open|"
+    r"state|word|phrase|fix|correct|double[- ]?check|re-?check|fact[- ]?check|verify|amend"
 )
 # Verbs of removal: any definite object is a part of the answer ("drop the jokes").
 _REMOVE_VERBS = r"drop|remove|delete|omit|skip|ditch|lose|cut|leave out|get rid of|strip"
 # Verbs of addition: "too" / "as well" / "also" makes the object a part of the answer.
-_ADD_VERBS = r"add|include|mention|cover|list|give|show|note|state|explain|tell|say"
+_ADD_VERBS = (
+    r"add|include|mention|cover|list|give|show|note|state|explain|tell|say|"
+    r"(?:throw|chuck|toss|work|weave|put|slip) in"
+)
 
 _FORM_NOUNS = (
     r"words?|sentences?|lines?|paragraphs?|para|bullets?|bullet ?points?|points|list|table|"
@@ -55,7 +59,8 @@ _FORM_NOUNS = (
     r"references?|citations?|reasoning|working|explanation|length|spelling|person|"
     r"enthusiasm|jokes|the joke|checklist|columns?|dashes|headline|depth|items|hype|essays?|novels?|lectures?|humou?r|apolog(?:y|ies|ising|izing)|sorry|caveats|disclaimers?|"
     r"format|formatting|layout|structure|characters|chars|answers?|reply|replies|response|"
-    r"version|wording|pun|puns|slang|numbers|units|hedging|background|context"
+    r"version|wording|pun|puns|slang|numbers|units|hedging|background|context|"
+    r"q ?(?:and|&|n) ?a|faqs?|timeline|chart|outline|rows?"
 )
 _COMPARATIVES = (
     r"shorter|longer|briefer|brief|concise|succinct|short|simpler|simple|plainer|plain|"
@@ -63,7 +68,8 @@ _COMPARATIVES = (
     r"calmer|cooler|formal(?:ly)?|informal|casual(?:ly)?|professional(?:ly)?|friendly|"
     r"relaxed|neutral|calm|direct(?:ly)?|specific|concrete|serious|polite|empathetic|"
     r"human|detailed|precise|objective|matter-of-fact|honest|blunt|plainly|simply|"
-    r"step by step|properly|correctly|differently|instead|deeper|further|"
+    r"step by step|properly|correctly|differently|instead|deeper|further|calmly|neutrally|"
+    r"normally|naturally|like a (?:normal )?(?:person|human|friend)|"
     r"in (?:half|full|detail|more detail|depth|plain \w+|english|french|spanish|german)"
 )
 _ANAPHORA = (
@@ -96,7 +102,7 @@ _ASKED_RE = re.compile(
 )
 _QUESTION_WORD_RE = re.compile(
     r"^(?:how|what|whats|which|who|when|where|why|does|do|did|is|are|was|have|has|will|"
-    r"should|can|could|would)\b",
+    r"should|can|could|would(?! be\b))\b",
     _I,
 )
 
@@ -115,12 +121,22 @@ def _new_thing(rest: str) -> bool:
     m = _NEW_THING_RE.search(rest)
     if m is None:
         return False
-    return not _FORM_NOUN_RE.search(m.group("thing")) and not _ANAPHORA_RE.search(rest)
+    if _ANAPHORA_RE.search(rest):
+        return False
+    if not _FORM_NOUN_RE.search(m.group("thing")):
+        return True
+    # "a shopping list for a lasagne": a form noun led by a noun of a new topic, for a new topic
+    lead = m.group("thing").split()[0].lower()
+    return (
+        len(m.group("thing").split()) > 1
+        and lead not in _FORM_WORDS
+        and bool(_NEW_TOPIC_RE.match(rest[m.end() :]))
+    )
 
 
 _MARKER_RE = re.compile(
     r"\b(?:please|pls|plz|max(?:imum)?|tops|only|would be (?:\w+ )?(?:\w+er|better|ideal|"
-    r"easier|great|good|helpful|clearer|fine|enough)|would help|is enough|will do|instead|"
+    r"easier|great|good|helpful|clearer|fine|enough|nice|lovely|handy|preferable|welcome)|would help|is enough|will do|instead|"
     r"next time|from now on|in future|going forward|at most|no more than|or (?:fewer|less)|"
     r"first|up top|at the top)\b|\?\s*$|^\W*(?:just|only)\b",
     _I,
@@ -145,6 +161,32 @@ _IMPERATIVE_RE = re.compile(
 )
 _VERB_RE = re.compile(rf"^(?:{_VERBS})\b", _I)
 _REMOVE_RE = re.compile(rf"^(?:{_REMOVE_VERBS})\s+(?:the|those|these|all|that|your|any)\b", _I)
+# Formatting verbs: any definite object is a part of the answer ("number the facts").
+_FORMAT_VERBS = (
+    r"number|bullet(?:[- ]?point)?|bold|embolden|highlight|itali[cs]i[sz]e|underline|indent|"
+    r"tabulate|capitali[sz]e"
+)
+_FORMAT_RE = re.compile(
+    rf"^(?:{_FORMAT_VERBS})\s+(?:the|those|these|all|each|every|your|its|key)\b", _I
+)
+# "Could this be a table?": a question about the answer's own form.
+_COULD_IT_BE_RE = re.compile(
+    r"^(?:could|can|would|should|might) (?:it|this|that|the answer|your answer) (?:be|go|come)\b",
+    _I,
+)
+# "Perfect, keep doing that.", "answer like this every time": keep the answer as it is.
+ENDORSEMENT_RE = re.compile(
+    r"\bkeep (?:it|this|that) up\b|\bkeep (?:doing|writing|answering|it like) (?:it |them )?"
+    r"(?:that|this|so|like (?:this|that))?\s*(?:$|[.,!;]|every|from|going|in future)|"
+    r"\blike (?:this|that) (?:every time|all the time|from now on|always|going forward|in future)\b|"
+    r"\bexactly (?:the \w+ |what |how )i (?:want|like|need)\b|"
+    r"^(?:\w+\W+){0,3}(?:this|that|the|your) (?:length|size|format|tone|style|amount of detail|"
+    r"level of detail) is (?:\w+ )?(?:good|fine|right|perfect|great|ideal|spot on|just right)\b|"
+    r"\bnot too (?:long|short|wordy|brief)\W+(?:and |but |or )?not too (?:long|short|wordy|brief)\b|"
+    r"\b(?:answers?|replies|responses|this|that|it) (?:like (?:this|that) )?(?:is|are|was) "
+    r"(?:just )?(?:ideal|perfect|spot on)\b",
+    _I,
+)
 _ADD_TOO_RE = re.compile(rf"^(?:{_ADD_VERBS})\b.*\b(?:too|as well|also)\W*$", _I)
 _ALSO_ADD_RE = re.compile(rf"^\W*(?:please\s+)?also\W+(?:please\s+)?(?:{_ADD_VERBS})\b", _I)
 _PHRASAL_RE = re.compile(
@@ -159,6 +201,37 @@ _NEW_THING_RE = re.compile(
     _I,
 )
 _FORM_NOUN_RE = re.compile(rf"\b(?:{_FORM_NOUNS})\b", _I)
+_FORM_WORDS = frozenset(
+    [
+        "short",
+        "shorter",
+        "brief",
+        "quick",
+        "bulleted",
+        "numbered",
+        "simple",
+        "simpler",
+        "plain",
+        "clear",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "bullet",
+        "point",
+        "single",
+        "little",
+        "tiny",
+        "small",
+        "compact",
+        "concise",
+        "proper",
+        "new",
+        "better",
+    ]
+)
+_NEW_TOPIC_RE = re.compile(r"\s*(?:a|an|my|our|some|\d+)\b", _I)
 _NOT_A_REQUEST_RE = re.compile(
     r"^keep (?:it|them|that|things|this) (?:up|coming|going|like (?:this|that)|"
     r"(?:this|that) way|(?:this|that|so) \w+)\b",
@@ -197,7 +270,24 @@ _COMPLAINT_RE = re.compile(
     r"\bno need (?:for|to)\b|\banswered (?:a |the )?(?:different|wrong|another) question\b|"
     r"\b(?:doesn'?t|does not|didn'?t|did not) answer\b|\b(?:on|off)[- ]topic\b|"
     r"\b(?:it|this|that|the \w+|your \w+) (?:crash(?:es|ed)|throws|threw|raises|raised|hangs|"
-    r"freezes|segfaults|errors out)\b",
+    r"freezes|segfaults|errors out)\b|"
+    r"\b(?:(?:don'?t|do not) have|haven'?t got|have not got|have no|got no|no) (?:the )?time "
+    r"(?:to read|for (?:all )?(?:this|that)\b|for (?:a|an|the) (?:whole|long|full|entire) \w+)|"
+    r"\bcould(?:'?ve| have) (?:been|said|put|done|written)\b.*\b(?:sentences?|words?|half|shorter|"
+    r"less|lines?|fewer|briefer|quicker)\b|\bwho(?:'?s| is| has time to| would) (?:going to )?"
+    r"read(?:ing)? (?:all )?(?:that|this)\b|"
+    r"\b(?:shorter|briefer|simpler|quicker|compact|condensed|abridged|short|quick|brief|cliff'?s?|"
+    r"\d+[- ]?(?:second|minute)|one[- ]line|more (?:compact|condensed|concise|succinct)) "
+    r"(?:version|notes|take|rundown)\b|\bcliff ?notes\b|"
+    r"\b(?:drawn[- ]out|long[- ]drawn|verbose|wordy|bloated)\b|\bto{1,2} (?:long|wordy)\b|"
+    r"^why (?:so|such an?) (?:cheerful|chirpy|peppy|excited|enthusiastic|formal|stiff|long|wordy|"
+    r"serious|dramatic|upbeat|bubbly|preachy|salesy|hyped|loud|gushing)\b|"
+    r"^why (?:the|all the|so many|all those) (?:\w+ )?(?:exclamation|emojis?|caps|hype|bold|"
+    r"bullets?|jargon|fluff|waffle|intro|preamble|lecture|essay)|"
+    r"(?:^|\b(?:that|this|it|which)|\byour(?: \w+){1,8}?)(?:'s| is| are| was| seems| looks) "
+    r"(?:a bit |way |slightly |a little |totally )?off\b(?! to\b)|"
+    r"\b(?:you'?ve|you have|you|u) (?:\w+ )?(?:mixed|muddled) up\b|"
+    r"\b(?:you'?ve|you have|you|u) got (?:it|that|this|the \w+|them) (?:wrong|backwards|mixed up)\b",
     _I,
 )
 # "Now ..." / "Next, ..." moves on unless it points at this answer or its shape.
@@ -233,7 +323,7 @@ def request_kind(clause: str) -> str | None:
     if _MOVING_ON_RE.search(text) and not (_ANAPHORA_RE.search(text) or _SHAPE_RE.search(text)):
         return None  # "Now write the intro.": the next step, not a change to this answer
     core = _core(text)
-    if not core or _NOT_A_REQUEST_RE.search(core):
+    if not core or _NOT_A_REQUEST_RE.search(core) or ENDORSEMENT_RE.search(text):
         return None
     if _OPENING_RE.search(core):
         return "less / more / no ..."
@@ -241,8 +331,10 @@ def request_kind(clause: str) -> str | None:
         return "imperative"
     if _REMOVE_RE.search(core) or _ADD_TOO_RE.search(core) or _PHRASAL_RE.search(core):
         return "imperative"
-    if _ALSO_ADD_RE.search(text) or _EXPLAIN_RE.search(core):
+    if _ALSO_ADD_RE.search(text) or _EXPLAIN_RE.search(core) or _FORMAT_RE.search(core):
         return "imperative"
+    if _COULD_IT_BE_RE.search(core) and _target(core.split(None, 3)[-1]):
+        return "question about the answer's form"
     rest = core.split(None, 1)[1] if " " in core else ""
     if _VERB_RE.search(core) and _target(rest) and not _new_thing(rest):
         return "imperative with a target"
@@ -250,7 +342,7 @@ def request_kind(clause: str) -> str | None:
         return "preference"
     if _ASKED_RE.search(text) or _QUESTION_WORD_RE.search(core):
         return None  # "can you draft ...": a verb we do not know, so a new task
-    if _FORM_TARGET_RE.search(core) and _MARKER_RE.search(text) and len(core.split()) <= 10:
+    if _FORM_TARGET_RE.search(core) and _MARKER_RE.search(text) and len(core.split()) <= 12:
         return "request without a verb"
     return None
 

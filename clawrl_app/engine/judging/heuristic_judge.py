@@ -27,6 +27,9 @@ User replies (`role="user"`), in this order:
      a near-miss spelling: `reply_values`), or the previous question asked again;
    0 otherwise. Negative signals win over politeness: "thanks, but that's wrong" is -1; the
   contextual signals (replacement, repeated question) only count without a positive one.
+  A request to keep the answer as it is ("keep doing that", "not too long, not too short")
+  is read out before the negative signals are looked for; it approves. A thank-you on the
+  way to an unrelated topic ("thanks. unrelated, but ...") is 0.
 Hints (for OPD): a -1 user reply yields the user's request sentences (the complaint before
 them dropped), or else its own corrective words; a tool error
 yields "The previous tool call failed with: <first error line>. Fix the call."
@@ -43,7 +46,12 @@ import re
 from dataclasses import dataclass
 
 from clawrl_app.engine.chat.messages import message_text
-from clawrl_app.engine.judging.change_requests import change_request, names_a_form, request_hint
+from clawrl_app.engine.judging.change_requests import (
+    ENDORSEMENT_RE,
+    change_request,
+    names_a_form,
+    request_hint,
+)
 from clawrl_app.engine.judging.corrections import (
     actually_correction,
     continuation,
@@ -54,7 +62,7 @@ from clawrl_app.engine.judging.corrections import (
 from clawrl_app.engine.judging.prompts import JudgeInput
 from clawrl_app.engine.judging.reply_values import bare_name, near_miss, replacement_value
 
-HEURISTIC_RULES_VERSION = "heuristic-v4"
+HEURISTIC_RULES_VERSION = "heuristic-v5"
 """Bump when any pattern below changes; recorded with every heuristic verdict."""
 
 _I = re.IGNORECASE
@@ -101,6 +109,12 @@ TOOL_NEUTRAL_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 ]
 """Transient or empty results: 0 when no error signal above is present."""
 
+# "thanks. unrelated, but ...": a thank-you on the way to another topic says nothing of the answer.
+_NEW_TOPIC_RE = re.compile(
+    r"\b(?:unrelated|different (?:topic|question|subject)|change of (?:topic|subject)|"
+    r"changing the subject|on another note|random question|another question)\b",
+    _I,
+)
 _BENIGN_ZERO_RE = re.compile(r"\b(?:0|no|zero) (?:errors?|failures?|failed)\b", _I)
 _COMMENT_RE = re.compile(r"(?:^|\s)(?:#|//).*$", _M)
 _SOURCE_LISTING_RE = re.compile(
@@ -224,7 +238,9 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "good answer",
         re.compile(
-            r"\bgood (?:answer|job|stuff|work)\b|\blovely\b|\bwhat i was (?:after|looking for)\b|"
+            r"\b(?:good|brilliant|cracking|superb|fantastic|wonderful|fab|terrific|top|solid) "
+            r"(?:answer|job|stuff|work|explanation|reply|response)\b|\blovely\b|"
+            r"\bwhat i was (?:after|looking for)\b|^\W*(?:ace|ta|brill|champion)\b|\bta (?:very much|muchly)\b|"
             r"^\W*good\W*(?:$|[,!.]\s*(?:that'?s|this is|thanks|thank you|now|next)\b)",
             _I,
         ),
@@ -233,7 +249,14 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         "love the",
         re.compile(r"(?<!'d )(?<!\bd )(?<!would )\blove (?:the|these|those|your|how)\b", _I),
     ),
-    ("emoji", re.compile("[\U0001f44d\U0001f64c\U0001f4aa\U0001f525\U0001f389\u2705\U0001f64f]")),
+    (
+        "emoji",
+        re.compile(
+            "[\U0001f44d\U0001f64c\U0001f4aa\U0001f525\U0001f389\u2705\U0001f64f\U0001f44c"
+            "\U0001f44f\U0001f4af\U0001f60d\U0001f973\u2764]"
+        ),
+    ),
+    ("keep it like this", ENDORSEMENT_RE),
 ]
 """Acceptance / thanks / moving-on signals in a user reply."""
 
@@ -338,6 +361,8 @@ def _classify_user(text: str, answer: str, question: str) -> HeuristicVerdict:
     if negative is not None:
         return _negative(text, negative)
     positive = first_match(text, USER_POSITIVE_PATTERNS)
+    if positive == "thanks" and _NEW_TOPIC_RE.search(text):
+        return HeuristicVerdict(0, "user moves to an unrelated topic")
     if positive is not None:
         return HeuristicVerdict(1, f"user acceptance signal: {positive}")
     if continuation(text):
@@ -351,7 +376,10 @@ def _classify_user(text: str, answer: str, question: str) -> HeuristicVerdict:
 
 
 def _strong_correction(text: str, answer: str, question: str) -> str | None:
-    """A correction signal that wins over politeness, or None."""
+    """A correction signal that wins over politeness, or None. The parts that ask to keep
+    the answer as it is ("not too long, not too short", "keep doing that") are read out
+    first: they approve, whatever their words."""
+    text = ENDORSEMENT_RE.sub(" ", text)
     found = first_match(text, USER_NEGATIVE_PATTERNS) or contradiction(text)
     if found is None and actually_correction(text):
         found = "actually"

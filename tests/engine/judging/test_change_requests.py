@@ -246,3 +246,70 @@ def test_round_three_wordings(reply: str, score: int) -> None:
     got, hint = judge(reply)
     assert got == score, reply
     assert (hint is not None) is (score == -1), reply
+
+
+# --- round 4 (heuristic-v5): the misses of its first score (0.725), each with a neighbour ---
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        # approvals the rules read as requests, and the requests beside them
+        ("Perfect, keep doing that.", 1),
+        ("Keep doing that but with bullets.", -1),
+        ("yes!! answer like this every time", 1),
+        ("answer like this every time, but shorter", -1),
+        ("This is exactly the style I want from now on.", 1),
+        ("A more formal style from now on, please.", -1),
+        ("not too long not too short, nice", 1),
+        ("Not too long please.", -1),
+        ("this length is good", 1),
+        ("this length is too much", -1),
+        ("Answers like this are ideal, keep it up.", 1),
+        ("keep it up but shorter", -1),
+        ("👌", 1),
+        ("👏 brilliant answer", 1),
+        ("brilliant, but way too long", -1),
+        ("ace, ta very much", 1),
+        # a correction the rules read as approval
+        ("Same info in fewer words would be nice.", -1),
+        ("Would be nice to visit someday.", 1),
+        # corrections heard as nothing
+        ("i dont have time to read all this", -1),
+        ("I don't have time for Paris this year.", 0),
+        ("You could have said all that in one sentence.", -1),
+        ("You could have said hi.", 0),
+        ("jeez, who's reading all that lol", -1),
+        ("whats the quick version", -1),
+        ("What's the quickest way to get there?", 0),
+        ("just the cliff notes pls", -1),
+        ("to long, shortr pls", -1),
+        ("Is there a more compact version of this?", -1),
+        ("Is there a lift to the top?", 0),
+        ("so drawn out omg", -1),
+        ("Would be easier to follow as a little Q and A, tbh.", -1),
+        ("Could you present the dates as a timeline?", -1),
+        ("Could this be a table with one row per fact?", -1),
+        ("Could this be the tallest tower?", 0),
+        ("number the facts please", -1),
+        ("why so cheerful lol, it's just a tower", -1),
+        ("Why so many visitors?", 0),
+        ("could you word it the way an encyclopedia would", -1),
+        ("That reads like a museum plaque, talk to me normally.", -1),
+        ("Why the exclamation point at the end? Just state it calmly.", -1),
+        ("Your claim about it being the tallest structure is off, please double-check it.", -1),
+        ("The lights are off at night?", 0),
+        ("I'm off to Paris tomorrow.", 0),
+        ("you've mixed up the dates, it opened in 1889, fix it", -1),
+        ("I always get the dates mixed up.", 0),
+        ("throw in a bit about the restaurants up there as well", -1),
+        # neutral replies the rules scored
+        ("thanks. unrelated, but how do you get red wine out of a carpet?", 0),
+        ("Make a shopping list for a lasagne.", 0),
+        ("Make a packing list for my trip.", 0),
+        ("Make it a list.", -1),
+        ("Give me a short list of the key facts.", -1),
+    ],
+)
+def test_round_four_wordings(reply: str, score: int) -> None:
+    got, hint = judge(reply)
+    assert got == score, reply
+    assert (hint is not None) is (score == -1), reply
