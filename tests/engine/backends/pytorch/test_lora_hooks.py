@@ -102,7 +102,9 @@ def test_a_bf16_merge_loses_a_fresh_adapter_and_hooks_keep_it(
     ref = peft_logprobs(embedded_model, adapters[0], canary)
     base, tok = bf16(embedded_model)
     adapter_effect = float((logprobs(base, *canary) - ref).abs().max())
-    assert adapter_effect > 0.1, "the adapter must move the canary for this test to mean anything"
+    # more than the canary tolerance (0.05) with room to spare: 0.097-0.2 measured (bf16 CPU
+    # matmuls round differently with the thread count; 0.1 failed once at 0.097 under load)
+    assert adapter_effect > 0.07, "the adapter must move the canary for this test to mean anything"
     merged = merged_copy(base, adapters[0])
     assert merged is not None
     merge_gap = float((logprobs(merged, *canary) - ref).abs().max())
