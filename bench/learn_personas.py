@@ -36,12 +36,19 @@ def _lines(text: str) -> list[str]:
 BREVITY_MAX_WORDS = 20
 
 
+def one_sentence(max_words: int) -> Callable[[str], bool]:
+    """A single sentence of at most `max_words` words on one line (not empty)."""
+
+    def check(text: str) -> bool:
+        t = text.strip()
+        return bool(t) and "\n" not in t and len(t.split()) <= max_words and _sentences(t) <= 1
+
+    return check
+
+
 def one_short_sentence(text: str) -> bool:
     """Brevity: not empty, at most 20 words, no line break, at most one sentence terminator."""
-    t = text.strip()
-    if not t or "\n" in t or len(t.split()) > BREVITY_MAX_WORDS:
-        return False
-    return _sentences(t) <= 1
+    return one_sentence(BREVITY_MAX_WORDS)(text)
 
 
 def bulleted_list(text: str) -> bool:
@@ -520,16 +527,6 @@ SCIENCE_HELD_OUT = (
     "Why do ears pop on a plane?", "How do glaciers move?", "What is static electricity?",
     "Why do apples turn brown?",
 )  # fmt: skip
-
-
-def one_sentence(max_words: int) -> Callable[[str], bool]:
-    """A single sentence of at most `max_words` words on one line (not empty)."""
-
-    def check(text: str) -> bool:
-        t = text.strip()
-        return bool(t) and "\n" not in t and len(t.split()) <= max_words and _sentences(t) <= 1
-
-    return check
 
 
 def _late_users() -> dict[str, Persona]:

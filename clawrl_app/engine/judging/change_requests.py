@@ -123,14 +123,14 @@ def _new_thing(rest: str) -> bool:
         return False
     if _ANAPHORA_RE.search(rest):
         return False
+    thing = m.group("thing").split()
     if not _FORM_NOUN_RE.search(m.group("thing")):
         return True
     # "a shopping list for a lasagne": a form noun led by a noun of a new topic, for a new topic
-    lead = m.group("thing").split()[0].lower()
     return (
-        len(m.group("thing").split()) > 1
-        and lead not in _FORM_WORDS
-        and bool(_NEW_TOPIC_RE.match(rest[m.end() :]))
+        len(thing) > 1
+        and thing[0].lower() not in _FORM_WORDS
+        and bool(_INDEFINITE_RE.match(rest[m.end() :]))
     )
 
 
@@ -231,7 +231,7 @@ _FORM_WORDS = frozenset(
         "better",
     ]
 )
-_NEW_TOPIC_RE = re.compile(r"\s*(?:a|an|my|our|some|\d+)\b", _I)
+_INDEFINITE_RE = re.compile(r"\s*(?:a|an|my|our|some|\d+)\b", _I)
 _NOT_A_REQUEST_RE = re.compile(
     r"^keep (?:it|them|that|things|this) (?:up|coming|going|like (?:this|that)|"
     r"(?:this|that) way|(?:this|that|so) \w+)\b",
