@@ -162,6 +162,7 @@ def every_version(
                                   for t, f in zip(texts, forms, strict=True)) / len(texts),
                 "degenerate": degenerate, "looping": looping,
                 "pool_degenerate": pool_rates[0], "pool_looping": pool_rates[1],
+                "pool_flags": [f.degenerate for f in pool_forms], "pool_answers": every,
             })  # fmt: skip
     return out
 

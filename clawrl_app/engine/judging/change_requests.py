@@ -126,12 +126,14 @@ def _new_thing(rest: str) -> bool:
     thing = m.group("thing").split()
     if not _FORM_NOUN_RE.search(m.group("thing")):
         return True
-    # "a shopping list for a lasagne": a form noun led by a noun of a new topic, for a new topic
-    return (
-        len(thing) > 1
-        and thing[0].lower() not in _FORM_WORDS
-        and bool(_INDEFINITE_RE.match(rest[m.end() :]))
-    )
+    after = rest[m.end() :]
+    # "a shopping list for a lasagne", "a bulleted packing list for a weekend": a form noun
+    # with a noun of a new topic, for a new topic
+    new_word = any(w.lower() not in _FORM_WORDS and not _FORM_NOUN_RE.fullmatch(w) for w in thing)
+    if len(thing) > 1 and new_word and _INDEFINITE_RE.match(after):
+        return True
+    # "three bullet points on why sleep matters": a form on a new question
+    return bool(_NEW_QUESTION_RE.match(after))
 
 
 _MARKER_RE = re.compile(
@@ -184,7 +186,12 @@ ENDORSEMENT_RE = re.compile(
     r"level of detail) is (?:\w+ )?(?:good|fine|right|perfect|great|ideal|spot on|just right)\b|"
     r"\bnot too (?:long|short|wordy|brief)\W+(?:and |but |or )?not too (?:long|short|wordy|brief)\b|"
     r"\b(?:answers?|replies|responses|this|that|it) (?:like (?:this|that) )?(?:is|are|was) "
-    r"(?:just )?(?:ideal|perfect|spot on)\b",
+    r"(?:just )?(?:ideal|perfect|spot on)\b|"
+    r"\bnot (?:a|one) (?:single )?(?:word|sentence|line) too (?:many|much|long)\b|"
+    r"^\W*no (?:complaints|notes|changes|edits|objections|corrections|issues)\b"
+    r"(?! (?:about|on|with|to)\b)(?:\W+(?:at all|whatsoever|needed|from me|here|perfect|great|"
+    r"thanks|thank you|love it|nice|cheers))*\W*$|"
+    r"\b(?:wouldn'?t|would not|don'?t|do not|couldn'?t|could not) change a (?:thing|word)\b",
     _I,
 )
 _ADD_TOO_RE = re.compile(rf"^(?:{_ADD_VERBS})\b.*\b(?:too|as well|also)\W*$", _I)
@@ -231,6 +238,7 @@ _FORM_WORDS = frozenset(
         "better",
     ]
 )
+_NEW_QUESTION_RE = re.compile(r"\s*(?:why|how|what|whether|when|where|who)\b", _I)
 _INDEFINITE_RE = re.compile(r"\s*(?:a|an|my|our|some|\d+)\b", _I)
 _NOT_A_REQUEST_RE = re.compile(
     r"^keep (?:it|them|that|things|this) (?:up|coming|going|like (?:this|that)|"
@@ -239,7 +247,8 @@ _NOT_A_REQUEST_RE = re.compile(
 )
 _OPENING_RE = re.compile(
     rf"^(?:(?:a (?:bit|little|lot)|much|way|far) )?(?:less|more|fewer)\s+\w+|"
-    rf"^(?:no|without)\s+(?:more\s+)?(?:\w+\s+)?(?:{_FORM_NOUNS})\b|^only\b",
+    rf"^(?:no|without)\s+(?:more\s+)?(?:\w+\s+)?(?:{_FORM_NOUNS})\b"
+    r"(?!\s+and (?:the|it|its|all)\b)|^only\b",
     _I,
 )
 _PREFERENCE_RE = re.compile(
@@ -347,7 +356,8 @@ def request_kind(clause: str) -> str | None:
     return None
 
 
-def _clauses(sentence: str) -> list[str]:
+def clauses(sentence: str) -> list[str]:
+    """The clauses of a sentence (split at commas, semicolons, colons, dashes)."""
     return [c for c in _CLAUSE_RE.split(sentence) if c.strip()]
 
 
@@ -359,10 +369,10 @@ def request_sentences(text: str) -> list[str]:
     """
     found = []
     for sentence in sentences(text):
-        clauses = _clauses(sentence)
-        asking = [i for i, c in enumerate(clauses) if request_kind(c)]
+        parts = clauses(sentence)
+        asking = [i for i, c in enumerate(parts) if request_kind(c)]
         if asking and asking[0] > 0 and not request_kind(sentence):
-            found.append(", ".join(clauses[asking[0] :]))
+            found.append(", ".join(parts[asking[0] :]))
         elif asking or request_kind(sentence):
             found.append(sentence)
     return found
@@ -371,13 +381,26 @@ def request_sentences(text: str) -> list[str]:
 def change_request(text: str) -> str | None:
     """The name of the first change request or complaint about the answer in `text`."""
     for sentence in sentences(text):
-        for clause in [sentence, *_clauses(sentence)]:
+        for clause in [sentence, *clauses(sentence)]:
             kind = request_kind(clause)
             if kind:
                 return f"change request: {kind}"
-            if _COMPLAINT_RE.search(_core(clause)) or _COMPLAINT_RE.search(clause):
+            if _complains(_core(clause)) or _complains(clause):
                 return "complaint about the answer"
     return None
+
+
+_NEGATED_RE = re.compile(r"(?:\bnot|n't|\bno|\bnever)\s+(?:an?\s+|the\s+)?$", _I)
+
+
+def _complains(clause: str) -> bool:
+    """Whether `clause` complains about the answer; a complaint noun after a negation
+    ("love that it's not a wall of text") is praise, not a complaint."""
+    for match in _COMPLAINT_RE.finditer(clause):
+        negated = _NEGATED_RE.search(clause[max(0, match.start() - 16) : match.start()])
+        if not negated or match.group(0).lower().startswith("too"):
+            return True
+    return False
 
 
 def request_hint(text: str) -> str | None:

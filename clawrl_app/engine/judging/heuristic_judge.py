@@ -16,15 +16,23 @@ Tool results (`role="tool"`):
   Comments (`# ...`, `// ...`) and a listing of source code (its first line starts with
   `def`, `class`, `import`, ...) are not error signals: they mention errors, not report them.
 User replies (`role="user"`), in this order:
+  a rating alone ("10/10", "2 stars", "4/5"): +1 from 7 of 10, -1 up to 4 of 10, else 0;
   -1 on a redo / correction / rephrase / complaint signal (`USER_NEGATIVE_PATTERNS`), a
      dispute or change request without a keyword (`corrections.CONTRADICTION_PATTERNS`),
      an "actually ..." correction, "X, not Y" where the answer (or question) said Y, or a
      request to change the answer however worded, or a complaint about its form
      (`change_requests`: "That is a lot of text. Keep it to about a dozen words, please.");
   +1 on acceptance, thanks or moving on (`USER_POSITIVE_PATTERNS`), or a short "and X?"
-     continuation of the same task;
+     continuation of the same task; but -1 when the word model (`reply_model`) is sure the
+     part after a "but", or the rest of a thank-you that names the answer's form, asks for
+     a change ("Appreciate it, but I only need a third of that."), and 0 when praise comes
+     with a request about the answer the model is not sure of ("Lovely! Could you squeeze
+     it into one sentence?"); an approval after "not" / "n't" ("not what I was after") is
+     -1, a complaint after "not a" ("not a wall of text") is none;
   -1 on a value that replaces the answer's (a time, day, month, date, number, a bare name,
      a near-miss spelling: `reply_values`), or the previous question asked again;
+  -1 when the word model is sure the reply asks for a change and it is neither a
+     question nor a task about something else (`reply_model.read`);
    0 otherwise. Negative signals win over politeness: "thanks, but that's wrong" is -1; the
   contextual signals (replacement, repeated question) only count without a positive one.
   A request to keep the answer as it is ("keep doing that", "not too long, not too short")
@@ -46,11 +54,14 @@ import re
 from dataclasses import dataclass
 
 from clawrl_app.engine.chat.messages import message_text
+from clawrl_app.engine.judging import reply_model
 from clawrl_app.engine.judging.change_requests import (
     ENDORSEMENT_RE,
     change_request,
+    clauses,
     names_a_form,
     request_hint,
+    sentences,
 )
 from clawrl_app.engine.judging.corrections import (
     actually_correction,
@@ -62,7 +73,7 @@ from clawrl_app.engine.judging.corrections import (
 from clawrl_app.engine.judging.prompts import JudgeInput
 from clawrl_app.engine.judging.reply_values import bare_name, near_miss, replacement_value
 
-HEURISTIC_RULES_VERSION = "heuristic-v5"
+HEURISTIC_RULES_VERSION = "heuristic-v6"
 """Bump when any pattern below changes; recorded with every heuristic verdict."""
 
 _I = re.IGNORECASE
@@ -204,7 +215,8 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         "uses it",
         re.compile(
             r"\bi'?ll use (?:it|this|that)\b|\busing (?:it|this|that)\b|^\W*sent\b|"
-            r"\bsending it\b|\bdoing it now\b|\bas you said\b|\w+ it is\W*$",
+            r"\bsending it\b|\bdoing it now\b|\bas you said\b|"
+            r"\b(?!what\b|where\b|how\b|who\b|why\b|which\b|when\b)\w+ it is\W*$",
             _I,
         ),
     ),
@@ -240,7 +252,8 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         re.compile(
             r"\b(?:good|brilliant|cracking|superb|fantastic|wonderful|fab|terrific|top|solid) "
             r"(?:answer|job|stuff|work|explanation|reply|response)\b|\blovely\b|"
-            r"\bwhat i was (?:after|looking for)\b|^\W*(?:ace|ta|brill|champion)\b|\bta (?:very much|muchly)\b|"
+            r"\bwhat i was (?:after|looking for)\b|\b(?:is|was) all i (?:needed|wanted|asked for)\b|"
+            r"\bchef'?s kiss\b|^\W*(?:ace|ta|brill|champion)\b|\bta (?:very much|muchly)\b|"
             r"^\W*good\W*(?:$|[,!.]\s*(?:that'?s|this is|thanks|thank you|now|next)\b)",
             _I,
         ),
@@ -266,6 +279,28 @@ _FILLER_RE = re.compile(
     r"not quite|hmm+|ugh|thanks|thank you|ok|okay)\b\s*[,.!:;-]*\s*(?:but\s+)?",
     _I,
 )
+_RATING_RE = re.compile(
+    r"^\W*(\d{1,2}(?:\.\d)?)\s*(?:(?:/\s*(10|5)\b|out of (10|5)\b)(?:\s*stars?)?|stars?)\W*$", _I
+)
+_CONTRAST_RE = re.compile(r"\b(?:but|though|however|although|that said)\b\W*(\w.{7,})$", _I)
+_ASK_RE = re.compile(
+    r"\b(?:can|could|would|will) (?:you|u)\b|\bwould you mind\b|\bany chance\b|"
+    r"\bi (?:really |just |only )?(?:need|want|wanted|needed|expected|hoped)\b|\bi'?d (?:like|prefer|rather)\b|"
+    r"\bplease\b|\bpls\b|\bthough\W*$",
+    _I,
+)
+_POINTS_AT_ANSWER_RE = re.compile(
+    r"\b(?:it|this|that|them|these|those)\b|\b(?:each|every|the) (?:fact|bit|part|point)s?\b|"
+    r"\b(?:much |a lot |way )?(?:more|less|shorter|longer)\W*$",
+    _I,
+)
+_MOVES_ON_RE = re.compile(
+    r"\b(?:next|moving on|now|also|another|as well)\b|\btoo\W*$|\btoo\W*[:;,]", _I
+)
+_FORM_WORD_RE = re.compile(
+    r"\b(?:version|length|shorter|longer|half|bullets?|table|format|tone|words|sentences?)\b", _I
+)
+_NEGATION_BEFORE_RE = re.compile(r"(?:\bnot|n't|\bnever|\bhardly)\s+(?:\w+\s+)?$", _I)
 _SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
 _MIN_HINT_CHARS = 10
 _MAX_ERROR_LINE_CHARS = 200
@@ -357,14 +392,32 @@ def error_line(text: str) -> str:
 
 
 def _classify_user(text: str, answer: str, question: str) -> HeuristicVerdict:
+    rating = _rating(text)
+    if rating is not None:
+        kind = {1: "well", 0: "middling", -1: "badly"}[rating]
+        return HeuristicVerdict(rating, f"user rates the answer {kind}")
     negative = _strong_correction(text, answer, question)
     if negative is not None:
         return _negative(text, negative)
-    positive = first_match(text, USER_POSITIVE_PATTERNS)
+    positive, negated = _approval(text)
     if positive == "thanks" and _NEW_TOPIC_RE.search(text):
         return HeuristicVerdict(0, "user moves to an unrelated topic")
     if positive is not None:
+        if reply_model.read(_besides_approval(text, positive), answer) == -1:
+            return _negative(text, f"{positive}, and a request (word model)")
+        asking = _asking(text)
+        if (
+            asking
+            and _POINTS_AT_ANSWER_RE.search(asking)
+            and not _MOVES_ON_RE.search(text)
+            and not ENDORSEMENT_RE.search(text)
+        ):
+            # "Lovely! Could you squeeze it into one sentence?": praise, then a request the
+            # model is not sure of; not an approval either way
+            return HeuristicVerdict(0, f"{positive}, and a request about the answer")
         return HeuristicVerdict(1, f"user acceptance signal: {positive}")
+    if negated is not None:
+        return _negative(text, f"negated approval: {negated}")
     if continuation(text):
         return HeuristicVerdict(1, "user continues the same task")
     replaced = replacement_value(text, answer) or bare_name(text, answer) or near_miss(text, answer)
@@ -372,7 +425,67 @@ def _classify_user(text: str, answer: str, question: str) -> HeuristicVerdict:
         return _negative(text, f"replaced {replaced}")
     if repeated_question(text, question):
         return _negative(text, "repeated question")
+    if reply_model.read(text, answer) == -1:
+        return _negative(text, "a request (word model)")
     return HeuristicVerdict(0, "no clear signal in the user reply")
+
+
+def _besides_approval(text: str, positive: str) -> str:
+    """What the reply asks besides its approval, for the word model to read: the part
+    after a "but" ("Appreciate it, but I really only need about a third of that."), or,
+    when the approval is only politeness (thanks, an emoji), the rest of a reply that names the answer's form ("paragraphs 😩 👉 bullets
+    🙏"); "" when there is none (the model then stays silent)."""
+    after = _CONTRAST_RE.search(text)
+    if after is not None:
+        return after.group(1)
+    heard = {name for name, pattern in USER_POSITIVE_PATTERNS if pattern.search(text)}
+    if heard <= {"thanks", "emoji"} and _FORM_WORD_RE.search(text):
+        return _without_approval(text)
+    return ""
+
+
+def _asking(text: str) -> str:
+    """The clauses of `text` that ask for something ("could you ...", "I need ..."),
+    its approval words taken out; "" when none does."""
+    return " ".join(
+        part
+        for sentence in sentences(text)
+        for part in (_without_approval(c) for c in clauses(sentence))
+        if _ASK_RE.search(part)
+    )
+
+
+def _without_approval(text: str) -> str:
+    for _, pattern in USER_POSITIVE_PATTERNS:
+        text = pattern.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _rating(text: str) -> int | None:
+    """The score of a reply that only rates the answer ("10/10", "2 stars", "8 out of 10",
+    "4/5 stars"): at least 7 of 10 (4 of 5) is +1, at most 4 of 10 (2 of 5) is -1, between
+    them 0; None when the reply is not a rating."""
+    match = _RATING_RE.match(text)
+    if match is None:
+        return None
+    value, scale = float(match.group(1)), float(match.group(2) or match.group(3) or 5)
+    if value > scale:
+        return None
+    share = value / scale
+    return 1 if share >= 0.7 else -1 if share <= 0.4 else 0
+
+
+def _approval(text: str) -> tuple[str | None, str | None]:
+    """The first approval signal that no "not" / "n't" / "never" stands before, and the
+    first one that does ("not what I was after": a negated approval)."""
+    negated = None
+    for name, pattern in USER_POSITIVE_PATTERNS:
+        for match in pattern.finditer(text):
+            if _NEGATION_BEFORE_RE.search(text[max(0, match.start() - 24) : match.start()]):
+                negated = negated or name
+                continue
+            return name, negated
+    return None, negated
 
 
 def _strong_correction(text: str, answer: str, question: str) -> str | None:

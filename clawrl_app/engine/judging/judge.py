@@ -27,6 +27,7 @@ from clawrl_app.engine.backends.base import Backend, GenerationRequest, Sampling
 from clawrl_app.engine.chat.formatter import ChatFormatter
 from clawrl_app.engine.core.events import EventSink, LoopFailed, SampleJudged, wait_for_poke
 from clawrl_app.engine.core.plugins import coerce_reward
+from clawrl_app.engine.judging import reply_model
 from clawrl_app.engine.judging.heuristic_judge import classify_turn
 from clawrl_app.engine.judging.prompts import (
     JudgeInput,
@@ -130,6 +131,9 @@ class HeuristicJudge:
     name = "heuristic"
 
     async def verdict(self, inp: JudgeInput, turn: TurnRow) -> Verdict:
+        if not reply_model.trained():
+            # its word model trains once per process (a second or two): off the event loop
+            await asyncio.to_thread(reply_model.shipped_model)
         v = classify_turn(inp)
         votes = [{"kind": "heuristic", "score": v.score, "reason": v.reason}]
         cands = [v.hint] if v.hint else []

@@ -206,8 +206,8 @@ def test_a_corrections_hint_contains_the_request_words() -> None:
         if score != -1:
             continue
         assert hint is not None
-        words = {w.strip(".,!?'").lower() for w in hint.split()}
-        reply_words = {w.strip(".,!?'").lower() for w in row["reply"].split()}
+        words = {w.strip(".,!?':;").lower() for w in hint.split()}
+        reply_words = {w.strip(".,!?':;").lower() for w in row["reply"].split()}
         assert words <= reply_words, (row["reply"], hint)
 
 
@@ -313,3 +313,55 @@ def test_round_four_wordings(reply: str, score: int) -> None:
     got, hint = judge(reply)
     assert got == score, reply
     assert (hint is not None) is (score == -1), reply
+
+
+# --- rounds 5 and 6 (heuristic-v6): structure that a keyword misses, each with a neighbour --
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        # politeness, then a request: the request wins (these were read as approval)
+        ("Appreciate it, but I really only need about a third of that.", -1),
+        ("Appreciate it, that was all I needed.", 1),
+        (
+            "Thank you for this. Might I trouble you for a version that is perhaps half the length?",
+            -1,
+        ),
+        ("Thank you for this, the tone is lovely.", 1),
+        ("paragraphs 😩 👉 bullets 🙏", -1),
+        ("🙏", 1),
+        ("The list format is great, thanks.", 1),
+        # a negated approval is a correction; a negated complaint is praise
+        (
+            "not what I was after, I wanted the engineering side: wind, materials, how it stays up",
+            -1,
+        ),
+        ("that's what I was after", 1),
+        ("love that it's not a wall of text 🙌", 1),
+        ("ugh, a wall of text", -1),
+        ("no complaints whatsoever", 1),
+        ("no notes", 1),
+        ("no, the height is wrong", -1),
+        ("not a word too many, thanks", 1),
+        ("a few words too many", -1),
+        # a form for a new subject is a new task
+        ("make a bulleted packing list for a weekend in Paris", 0),
+        ("give me three bullet points on why sleep matters", 0),
+        ("give me three bullet points on it", -1),
+        ("make it a bulleted list", -1),
+    ],
+)
+def test_rounds_five_and_six_wordings(reply: str, score: int) -> None:
+    got, hint = judge(reply)
+    assert got == score, reply
+    assert (hint is not None) is (score == -1), reply
+
+
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [("10/10", 1), ("8 out of 10", 1), ("4/5 stars", 1), ("2/10", -1), ("1 star", -1), ("5/10", 0)],
+)
+def test_a_rating_scores_the_answer(reply: str, score: int) -> None:
+    verdict = classify_next_state("user", reply, answer=ANSWER, question=QUESTION)
+    assert verdict.score == score, reply
+    if score:
+        assert "rates the answer" in verdict.reason

@@ -21,8 +21,9 @@ from clawrl_app.engine.judging.heuristic_judge import (
 from clawrl_app.judge_eval import item_input
 
 CALIBRATION = Path(__file__).resolve().parents[3] / "assets" / "judge_calibration.jsonl"
-# Measured with heuristic-v5 (v3, v4 the same) on the shipped set (docs/judge-eval.md): 0.935 whole set; 0 sign errors.
-AGREEMENT_FLOOR = 0.935 - 0.01
+# Measured with heuristic-v6 on the shipped set (docs/judge-eval.md): 0.932 whole set (v3-v5
+# 0.935); 0 sign errors.
+AGREEMENT_FLOOR = 0.932 - 0.01
 
 
 # --- tool results ---------------------------------------------------------------------------

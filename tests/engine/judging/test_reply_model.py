@@ -1,0 +1,120 @@
+"""The word model behind the judge's rules (`reply_model`): its features, its training, when
+it speaks, and that it hears corrections of a round of the paraphrase set it never saw."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clawrl_app.engine.judging import heuristic_judge, reply_model
+from clawrl_app.engine.judging.reply_model import about_something_else, features, read, train
+
+PHRASINGS = Path(__file__).resolve().parents[3] / "assets" / "judge_phrasings.jsonl"
+QUESTION = "Tell me about the Eiffel Tower."
+ANSWER = (
+    "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. "
+    "It was designed by Gustave Eiffel's company and completed in 1889 for the World's Fair. "
+    "It is 330 metres tall and was the tallest man-made structure in the world for 41 years. "
+    "Today it is one of the most visited paid monuments in the world!"
+)
+TINY = [
+    ("way too long, shorter please", -1),
+    ("cut it down a lot", -1),
+    ("make it shorter", -1),
+    ("thanks, perfect", 1),
+    ("great answer", 1),
+    ("what is the capital of Peru?", 0),
+    ("ok", 0),
+]
+
+
+def rows() -> list[dict[str, object]]:
+    with PHRASINGS.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def test_a_typo_shares_most_features_with_the_word() -> None:
+    typo, word = features("shortr"), features("shorter")
+    letters = {k for k in typo if k.startswith("c:")}
+    assert len(letters & set(word)) / len(letters) >= 0.5
+    assert "?" in features("any chance of a shorter one?")
+    assert "?" not in features("make it shorter")
+
+
+def test_training_is_deterministic_and_probabilities_sum_to_one() -> None:
+    a, b = train(TINY), train(TINY)
+    assert a.weights == b.weights
+    p = a.probabilities("shorter please")
+    assert sum(p) == pytest.approx(1.0)
+    assert p[0] > p[1] and p[0] > p[2]
+    assert train(TINY, seed=1).weights != a.weights
+
+
+def test_it_speaks_only_when_sure_and_never_approves() -> None:
+    model = train(TINY)
+    assert read("way too long please, cut it down", model=model) == -1
+    assert read("thanks, a great answer, perfect", model=model) == 0  # it never says +1
+    assert read("shorter", model=model) == 0  # too few words to tell
+    # the answer asked the user something: the reply is likely an answer to it
+    assert read("way too long please, cut it down", "Shall I go on?", model=model) == 0
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "how do they stop it from rusting?",
+        "Could this be the tallest tower?",
+        "give me a one-sentence slogan for my bakery",
+        "I don't have time for Paris this year.",
+        "hang on, someone's at the door",
+    ],
+)
+def test_it_is_silent_on_a_reply_about_something_else(reply: str) -> None:
+    assert about_something_else(reply)
+    assert read(reply) == 0
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "any chance of a condensed one?",
+        "reading this on my smartwatch lol, needs to be like a third of the size",
+        "need this as json with keys name, height_m and year_completed",
+    ],
+)
+def test_it_reads_a_reply_that_points_at_the_answer(reply: str) -> None:
+    assert not about_something_else(reply)
+
+
+def test_it_hears_corrections_of_a_round_it_never_saw(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Round 5 (written blind, after the rules of heuristic-v5): the judge with a model
+    trained on every other row agrees on >= 0.9 of it and reads no correction as approval
+    (measured 0.925; the rules alone 0.817 with 1 correction read as approval)."""
+    everything = rows()
+    held = [r for r in everything if r.get("round") == 5]
+    assert len(held) == 120
+    model = train([(str(r["reply"]), int(r["label"])) for r in everything if r.get("round") != 5])  # type: ignore[call-overload]
+    monkeypatch.setattr(reply_model, "shipped_model", lambda: model)
+    scores = [
+        heuristic_judge.classify_next_state(
+            "user", str(r["reply"]), answer=ANSWER, question=QUESTION
+        ).score
+        for r in held
+    ]
+    agreement = sum(s == r["label"] for s, r in zip(scores, held, strict=True)) / len(held)
+    assert agreement >= 0.9
+    assert not [
+        r["reply"] for s, r in zip(scores, held, strict=True) if r["label"] == -1 and s == 1
+    ]
+
+
+def test_the_shipped_model_learns_the_shipped_set() -> None:
+    model = reply_model.shipped_model()
+    labelled = rows()
+    right = sum(
+        max(range(3), key=lambda k: model.probabilities(str(r["reply"]))[k]) - 1 == r["label"]
+        for r in labelled
+    )
+    assert right / len(labelled) >= 0.95
