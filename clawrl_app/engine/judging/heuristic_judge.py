@@ -403,7 +403,7 @@ def _classify_user(text: str, answer: str, question: str) -> HeuristicVerdict:
     if positive == "thanks" and _NEW_TOPIC_RE.search(text):
         return HeuristicVerdict(0, "user moves to an unrelated topic")
     if positive is not None:
-        if reply_model.read(_besides_approval(text, positive), answer) == -1:
+        if reply_model.read(_besides_approval(text), answer) == -1:
             return _negative(text, f"{positive}, and a request (word model)")
         asking = _asking(text)
         if (
@@ -430,11 +430,12 @@ def _classify_user(text: str, answer: str, question: str) -> HeuristicVerdict:
     return HeuristicVerdict(0, "no clear signal in the user reply")
 
 
-def _besides_approval(text: str, positive: str) -> str:
+def _besides_approval(text: str) -> str:
     """What the reply asks besides its approval, for the word model to read: the part
     after a "but" ("Appreciate it, but I really only need about a third of that."), or,
-    when the approval is only politeness (thanks, an emoji), the rest of a reply that names the answer's form ("paragraphs 😩 👉 bullets
-    🙏"); "" when there is none (the model then stays silent)."""
+    when the approval is only politeness (thanks, an emoji), the rest of a reply that names
+    the answer's form ("paragraphs 😩 👉 bullets 🙏"); "" when there is none (the model
+    then stays silent)."""
     after = _CONTRAST_RE.search(text)
     if after is not None:
         return after.group(1)
