@@ -30,9 +30,11 @@ import tarfile
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Collection
 from io import BytesIO
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 ROOT = Path(__file__).resolve().parents[1]
 PHRASINGS = ROOT / "assets" / "judge_phrasings.jsonl"
@@ -165,45 +167,40 @@ def score_revision(rev: str, phrasings: Path, calibration: Path) -> dict[str, An
     return result
 
 
-def by_round(phrasings: Path) -> list[dict[str, Any]]:
-    """The word model out of sample: for each round's held-out rows, the judge with a word
-    model trained on every other row of the set (round 1: its held-out families left out),
-    beside the rules alone (the model silenced). The rules are in sample on every round
-    they were tuned on; the first-score tables in docs/benchmarks/judge.md are the honest
-    figures for them."""
+def by_round(phrasings: Path, rounds: Collection[int] | None = None) -> list[dict[str, Any]]:
+    """The word model out of sample: for each round's held-out rows (every round, or those
+    in `rounds`), the judge with a word model trained on every other row of the set (round
+    1: its held-out families left out), beside the rules alone (the model silenced). The
+    rules are in sample on every round they were tuned on; the first-score tables in
+    docs/benchmarks/judge.md are the honest figures for them."""
     from clawrl_app.engine.judging import heuristic_judge, reply_model
 
+    def judged(test: list[dict[str, Any]]) -> dict[str, Any]:
+        scores = [
+            heuristic_judge.classify_next_state(
+                "user",
+                r["reply"],
+                answer=r.get("answer", ANSWER),
+                question=r.get("question", QUESTION),
+            ).score
+            for r in test
+        ]
+        return summarise(test, scores, [False] * len(test))
+
     rows = load_rows(phrasings)
-    shipped = reply_model.shipped_model
     out = []
-    try:
-        for rnd in sorted({r.get("round", 1) for r in rows}):
-            test = [r for r in rows if r["split"] == "heldout" and r.get("round", 1) == rnd]
-            train = [(r["reply"], r["label"]) for r in rows if r not in test]
-            model = reply_model.train(train)
-            result: dict[str, Any] = {"round": rnd, "n": len(test), "train": len(train)}
-            for name, use in (("rules", None), ("rules + model", model)):
-                reply_model.shipped_model = (lambda m=use: m) if use else shipped  # type: ignore[assignment]
-                if use is None:
-                    silent = reply_model.read
-                    reply_model.read = lambda *a, **k: 0  # type: ignore[assignment]
-                try:
-                    scores = [
-                        heuristic_judge.classify_next_state(
-                            "user",
-                            r["reply"],
-                            answer=r.get("answer", ANSWER),
-                            question=r.get("question", QUESTION),
-                        ).score
-                        for r in test
-                    ]
-                finally:
-                    if use is None:
-                        reply_model.read = silent  # type: ignore[assignment]
-                result[name] = summarise(test, scores, [False] * len(test))
-            out.append(result)
-    finally:
-        reply_model.shipped_model = shipped  # type: ignore[assignment]
+    for rnd in sorted({r.get("round", 1) for r in rows}):
+        if rounds is not None and rnd not in rounds:
+            continue
+        test = [r for r in rows if r["split"] == "heldout" and r.get("round", 1) == rnd]
+        train = [(r["reply"], r["label"]) for r in rows if r not in test]
+        model = reply_model.train(train)
+        with patch.object(reply_model, "read", lambda *a, **k: 0):
+            rules = judged(test)
+        with patch.object(reply_model, "shipped_model", lambda m=model: m):
+            both = judged(test)
+        out.append({"round": rnd, "n": len(test), "train": len(train), "rules": rules,
+                    "rules + model": both})  # fmt: skip
     return out
 
 

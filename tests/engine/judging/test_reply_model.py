@@ -3,22 +3,18 @@ it speaks, and that it hears corrections of a round of the paraphrase set it nev
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from clawrl_app.engine.judging import heuristic_judge, reply_model
+from clawrl_app.engine.judging import reply_model
 from clawrl_app.engine.judging.reply_model import about_something_else, features, read, train
 
-PHRASINGS = Path(__file__).resolve().parents[3] / "assets" / "judge_phrasings.jsonl"
-QUESTION = "Tell me about the Eiffel Tower."
-ANSWER = (
-    "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. "
-    "It was designed by Gustave Eiffel's company and completed in 1889 for the World's Fair. "
-    "It is 330 metres tall and was the tallest man-made structure in the world for 41 years. "
-    "Today it is one of the most visited paid monuments in the world!"
-)
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+
+from judge_phrasings import PHRASINGS, by_round, load_rows  # noqa: E402
+
 TINY = [
     ("way too long, shorter please", -1),
     ("cut it down a lot", -1),
@@ -28,11 +24,6 @@ TINY = [
     ("what is the capital of Peru?", 0),
     ("ok", 0),
 ]
-
-
-def rows() -> list[dict[str, object]]:
-    with PHRASINGS.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def test_a_typo_shares_most_features_with_the_word() -> None:
@@ -88,31 +79,19 @@ def test_it_reads_a_reply_that_points_at_the_answer(reply: str) -> None:
     assert not about_something_else(reply)
 
 
-def test_it_hears_corrections_of_a_round_it_never_saw(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_it_hears_corrections_of_a_round_it_never_saw() -> None:
     """Round 5 (written blind, after the rules of heuristic-v5): the judge with a model
     trained on every other row agrees on >= 0.9 of it and reads no correction as approval
     (measured 0.925; the rules alone 0.817 with 1 correction read as approval)."""
-    everything = rows()
-    held = [r for r in everything if r.get("round") == 5]
-    assert len(held) == 120
-    model = train([(str(r["reply"]), int(r["label"])) for r in everything if r.get("round") != 5])  # type: ignore[call-overload]
-    monkeypatch.setattr(reply_model, "shipped_model", lambda: model)
-    scores = [
-        heuristic_judge.classify_next_state(
-            "user", str(r["reply"]), answer=ANSWER, question=QUESTION
-        ).score
-        for r in held
-    ]
-    agreement = sum(s == r["label"] for s, r in zip(scores, held, strict=True)) / len(held)
-    assert agreement >= 0.9
-    assert not [
-        r["reply"] for s, r in zip(scores, held, strict=True) if r["label"] == -1 and s == 1
-    ]
+    (result,) = by_round(PHRASINGS, rounds={5})
+    assert result["n"] == 120
+    assert result["rules + model"]["agreement"] >= 0.9
+    assert result["rules + model"]["corrections_as_approval"] == 0
 
 
 def test_the_shipped_model_learns_the_shipped_set() -> None:
     model = reply_model.shipped_model()
-    labelled = rows()
+    labelled = load_rows(PHRASINGS)
     right = sum(
         max(range(3), key=lambda k: model.probabilities(str(r["reply"]))[k]) - 1 == r["label"]
         for r in labelled
