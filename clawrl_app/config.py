@@ -171,6 +171,15 @@ class JudgeSettings(_Section):
     not loop trains as a +1 sample of the turn beside the policy's own answer. On by default
     since 2026-11-29: the three length users reached 0.90 / 0.70 / 0.90 compliant with it
     (0.70 / 0.00-0.80 / 0.00 without), nothing degenerate served (docs/benchmarks/learning.md)."""
+    teacher_tries: int = Field(default=0, ge=0, le=16)
+    """When the teacher's greedy answer is not kept, up to this many sampled answers are
+    tried (at teacher_temperature); the first kept one trains (0: greedy only). Off by
+    default: the greedy teacher kept an answer for 5 of 16 of u15's prompts and one of 4
+    more tries for all 16, but end to end (brevity/u15, 4 tries at 1.0) the first three
+    versions were refused for new loops at the user's length and a lower general score,
+    and nothing was served in 24 turns (docs/learning.md)."""
+    teacher_temperature: float = Field(default=1.0, gt=0.0, le=2.0)
+    """Temperature of those further tries."""
     teacher_cut: bool = False
     """For a hint that asks for less ("shorter", "at most 15 words"), the policy's own answer
     cut at the first sentence end where the teacher reading the hint would stop trains as a

@@ -48,6 +48,11 @@ class GuardSettings(_Section):
     ask for, where the base model does not, while at `open_max_tokens` the base loops on
     half of them itself. More of them loop where the base's answers do not than
     `max_new_loops` allows: refused (0: off)."""
+    budget_confirm: bool = True
+    """When the check at your answer length alone refuses, by one new loop too many, the
+    next `budget_prompts` shipped open prompts are answered at that length too and all the
+    answers decide together (as `user_form_confirm` does for your prompts): 2 new loops in
+    24 befell harmless versions as often as looping ones (docs/learning.md)."""
     max_degeneration_rise: float = Field(default=0.05, ge=0.0, le=1.0)
     """Refuse a version whose degeneration rate (share of its answers that loop or repeat
     themselves) exceeds the base model's by more than this, whatever its fact score."""

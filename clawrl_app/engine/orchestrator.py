@@ -461,6 +461,8 @@ class Engine:
             topk=self.judge_loop.topk,
             answer_tokens=self.judge_loop.answer_tokens,
             cut=self.settings.judge.teacher_cut,
+            tries=self.settings.judge.teacher_tries,
+            temperature=self.settings.judge.teacher_temperature,
         )
 
     async def rollback(

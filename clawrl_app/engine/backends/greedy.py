@@ -1,5 +1,6 @@
-"""One greedy answer of a policy version on the background lane, never recorded: what the
-side-by-side compare, the regression guard and the judge's teacher check ask."""
+"""One answer of a policy version on the background lane, never recorded: greedy for the
+side-by-side compare, the regression guard and the judge's teacher check; sampled (seeded)
+for the teacher's further tries at a usable answer (`judging/teacher_answer.py`)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,19 @@ async def greedy_tokens(
 ) -> tuple[list[int], str | None]:
     """`greedy_answer` as token ids (an end token included) and why it finished ("stop": it
     ended on its own; "length": at the budget)."""
+    return await side_tokens(backend, formatter, version, messages, max_tokens)
+
+
+async def side_tokens(
+    backend: Backend,
+    formatter: ChatFormatter,
+    version: str,
+    messages: list[dict[str, Any]],
+    max_tokens: int,
+    temperature: float = 0.0,
+    seed: int | None = None,
+) -> tuple[list[int], str | None]:
+    """`greedy_tokens` at `temperature` (0: greedy), drawn with `seed`."""
     ids = formatter.render(messages)
     room = backend.info().context_length - len(ids)
     if room < 1:
@@ -46,7 +60,7 @@ async def greedy_tokens(
     req = GenerationRequest(
         f"side-{uuid.uuid4().hex[:12]}",
         ids,
-        SamplingParams(max(1, min(max_tokens, room)), temperature=0.0),
+        SamplingParams(max(1, min(max_tokens, room)), temperature=temperature, seed=seed),
         version=version,
         background=True,
     )

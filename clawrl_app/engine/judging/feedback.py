@@ -91,10 +91,13 @@ async def apply_feedback(
     topk: int = 0,
     answer_tokens: int = 0,
     cut: bool = False,
+    tries: int = 0,
+    temperature: float = 1.0,
 ) -> JudgmentRow:
     """Record the rating (and hint with its teacher log-probs and, with `answer_tokens`,
-    the teacher's own answer under it; with `cut`, failing that, the answer cut where the
-    teacher would stop); returns the judgment."""
+    the teacher's own answer under it, greedy then up to `tries` samples at `temperature`;
+    with `cut`, failing that, the answer cut where the teacher would stop); returns the
+    judgment."""
     turn = resolve_turn(store, fb)
     sample = next(
         (s for s in store.samples_for_session(turn.session_id) if s.turn_id == turn.id), None
@@ -110,7 +113,15 @@ async def apply_feedback(
             store.set_teacher_topk(row.sample_id, *top)
         # the judge's answer was to the judge's hint, not this one
         shown = await teacher_shows(
-            backend, formatter, turn, fb.hint, teacher_version, answer_tokens, cut
+            backend,
+            formatter,
+            turn,
+            fb.hint,
+            teacher_version,
+            answer_tokens,
+            cut,
+            tries,
+            temperature,
         )
         store.set_teacher_answer(row.sample_id, shown)
     if before is not None and before.judge_score is not None:  # live judge/user agreement

@@ -361,6 +361,7 @@ class JudgeLoop:
                 shown = await teacher_shows(
                     self.backend, self.formatter, turn, str(verdict.hint),
                     self.teacher_version(), self.answer_tokens, self.settings.teacher_cut,
+                    self.settings.teacher_tries, self.settings.teacher_temperature,
                 )  # fmt: skip
         except Exception as exc:  # user plugin or judge endpoint failure: retried later
             self.failed += 1

@@ -25,6 +25,17 @@ the request states), carries the hint and does not quote it:
   2-word phrase of the label that introduces it ("The answer to this question is: [user's
   hint / instruction]").
 Tool-calling turns get none (their answers are calls).
+
+*Further tries.* The greedy answer is one draw; when it is not kept the teacher samples up
+to `tries` more (`judge.teacher_tries`, at `judge.teacher_temperature`, seeded by the turn)
+and the first one kept trains. Measured on the base model (16 training prompts per user,
+the user's max_tokens, the checks above; 2026-12-02, the script `bench/teacher_tries.py` was made from): greedy kept
+5 / 2 / 11 of 16 for u15 / dozen / tips25; greedy or one of 4 samples at temperature 1.0
+kept 16 / 10 / 15 of 16, and every kept answer was within the user's limit. End to end
+(brevity/u15, 4 tries at 1.0, 2026-12-02) three times the shown answers per batch pushed
+harder than the policy could take: v1-v3 were refused (2-4 of 24 new loops at the user's
+length, general 0.50 against 0.60) and nothing was served in 24 turns, where greedy alone
+served 0.60 compliant by then. So the tries are off by default (`teacher_tries = 0`).
 """
 
 from __future__ import annotations
@@ -34,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from clawrl_app.degeneration import ngrams, words
 from clawrl_app.degeneration import score as form_of
-from clawrl_app.engine.backends.greedy import NoRoom, greedy_tokens
+from clawrl_app.engine.backends.greedy import NoRoom, side_tokens
 from clawrl_app.engine.judging.heuristic_judge import last_user_message
 from clawrl_app.engine.judging.length_request import does_what_was_asked, says_something
 from clawrl_app.engine.judging.prompts import HINT_MARKER, teacher_messages
@@ -62,33 +73,56 @@ async def teacher_answer(
     hint: str,
     version: str | None,
     default_tokens: int,
+    tries: int = 0,
+    temperature: float = 1.0,
 ) -> list[int] | None:
-    """The teacher's greedy answer to the turn's prompt with `hint` (token ids, its end token
-    included), at the budget the turn's request set (`default_tokens` when it set none);
-    None when it did not end on its own, is degenerate or empty, says nothing, does not do
-    what a request for less asks of the turn's answer, quotes the hint or does not carry it
-    (module docstring), or the turn is not plain chat."""
+    """The teacher's answer to the turn's prompt with `hint` (token ids, its end token
+    included), at the budget the turn's request set (`default_tokens` when it set none):
+    the greedy one, else the first of `tries` sampled ones that is kept; None when none is
+    or the turn is not plain chat. Kept: it ended on its own, is neither degenerate nor
+    empty, says something, does what a request for less asks of the turn's answer, does not
+    quote the hint and carries it (module docstring)."""
     req = turn.request
     messages = req.get("messages") or []
     if req.get("tools") or not plain_chat(messages):
         return None
     budget = request_budget(req) or default_tokens
     hinted = teacher_messages(messages, hint)
-    try:
-        ids, reason = await greedy_tokens(backend, formatter, version or "base", hinted, budget)
-    except NoRoom:
-        return None
+    for k in range(1 + max(0, tries)):
+        t, seed = (0.0, None) if k == 0 else (temperature, turn.id * 101 + k)
+        try:
+            ids, reason = await side_tokens(
+                backend, formatter, version or "base", hinted, budget, t, seed
+            )
+        except NoRoom:
+            return None
+        if await _kept(backend, formatter, turn, messages, hint, ids, reason, version):
+            return ids
+    return None
+
+
+async def _kept(
+    backend: Backend,
+    formatter: ChatFormatter,
+    turn: TurnRow,
+    messages: list[dict[str, Any]],
+    hint: str,
+    ids: list[int],
+    reason: str | None,
+    version: str | None,
+) -> bool:
+    """Whether the teacher's answer `ids` may train as the turn's +1 sample."""
     text = formatter.decode(ids)
     if reason != "stop" or not text.strip() or form_of(text).degenerate:
-        return None
+        return False
     if quotes(text, hint) or quotes(text, HINT_MARKER, 2):  # the correction or its label
-        return None
+        return False
     if not says_something(text, last_user_message(messages)) or not does_what_was_asked(
         text, turn.response_text, hint
     ):
-        return None
+        return False
     gain = await hint_gain(backend, formatter, messages, hint, ids, version)
-    return ids if gain >= MIN_HINT_GAIN else None
+    return gain >= MIN_HINT_GAIN
 
 
 async def hint_gain(
@@ -114,13 +148,17 @@ async def teacher_shows(
     version: str | None,
     answer_tokens: int,
     cut: bool,
+    tries: int = 0,
+    temperature: float = 1.0,
 ) -> list[int] | None:
     """The +1 sample the teacher shows for a hinted turn: its own answer (`answer_tokens`
-    > 0, `teacher_answer`), else, with `cut`, the turn's answer cut where it would stop
-    (`teacher_cut`); None."""
+    > 0, `teacher_answer` with its `tries`), else, with `cut`, the turn's answer cut where
+    it would stop (`teacher_cut`); None."""
     shown = None
     if answer_tokens:
-        shown = await teacher_answer(backend, formatter, turn, hint, version, answer_tokens)
+        shown = await teacher_answer(
+            backend, formatter, turn, hint, version, answer_tokens, tries, temperature
+        )
     if shown is None and cut:
         shown = await teacher_cut(backend, formatter, turn, hint, version)
     return shown

@@ -40,6 +40,7 @@ from clawrl_app.engine.publishing.user_form import (
     USER_FORM_MIN,
     UserForm,
     answer_budget,
+    new_loops_rest_on_one,
     refusal_rests_on_one_answer,
 )
 from clawrl_app.engine.publishing.verdict import GuardVerdict, VersionScores, decide
@@ -145,7 +146,13 @@ class RegressionGuard:
         prompts = open_prompts if open_prompts is not None else load_open_prompts()
         self.open = prompts[: settings.open_prompts]
         self.budget_open = prompts[: settings.budget_prompts]
-        self._base_budget: dict[int, tuple[Degeneration, ...]] = {}  # length -> base's form
+        self.budget_more = (
+            prompts[settings.budget_prompts : 2 * settings.budget_prompts]
+            if settings.budget_confirm
+            else []
+        )  # the next ones, asked to confirm a refusal at the user's length
+        self._base_budget: dict[tuple[int, bool], tuple[Degeneration, ...]] = {}
+        """(length, the confirming prompts) -> the base's form on those prompts."""
         self._base_lps: dict[int, float] = {}  # turn id -> the base model's mean log-prob
         self._base_form: dict[int, Degeneration] = {}  # turn id -> the base's answer's form
         self._base_flags: tuple[bool, ...] | None = None  # the base's general answers' form
@@ -271,11 +278,13 @@ class RegressionGuard:
         floor = self.settings.user_form_min_tokens
         return answer_budget([p.max_tokens for p in prompts], cap, floor)
 
-    async def budget_form(self, version: str) -> tuple[int, UserForm]:
+    async def budget_form(self, version: str, more: bool = False) -> tuple[int, UserForm]:
         """`version`'s and the base model's form on the shipped open prompts answered
-        greedily at the user's answer length (`user_budget`), paired per prompt; the
-        base's answers are kept per length. (0, empty) when off."""
-        if not self.budget_open:
+        greedily at the user's answer length (`user_budget`), paired per prompt; with
+        `more`, on the next ones (`budget_more`); the base's answers are kept per length.
+        (0, empty) when off."""
+        prompts = self.budget_more if more else self.budget_open
+        if not prompts:
             return 0, UserForm()
         tokens = await self.user_budget()
 
@@ -283,14 +292,27 @@ class RegressionGuard:
             texts = await asyncio.gather(*[
                 answer(self.backend, self.formatter, v,
                        [{"role": "user", "content": p.prompt}], tokens)
-                for p in self.budget_open
+                for p in prompts
             ])  # fmt: skip
             return tuple(form_of(t) for t in texts)
 
-        if tokens not in self._base_budget:
-            self._base_budget[tokens] = await forms("base")
+        if (tokens, more) not in self._base_budget:
+            self._base_budget[tokens, more] = await forms("base")
         mine = await forms(version)
-        return tokens, UserForm.of(mine, self._base_budget[tokens])
+        return tokens, UserForm.of(mine, self._base_budget[tokens, more])
+
+    def _budget_confirmable(self, verdict: GuardVerdict, refuse_without: bool) -> bool:
+        """The rule at the user's length alone refuses (`refuse_without`: the others do
+        not), by one new loop too many, and there are further open prompts to ask."""
+        c = verdict.candidate
+        return (
+            bool(self.budget_more)
+            and not verdict.passed
+            and not verdict.deferred
+            and not c.budget_confirmed
+            and not refuse_without
+            and new_loops_rest_on_one(c.budget_new_loops, c.budget_n, self.settings.max_new_loops)
+        )
 
     def _confirmable(self, form: UserForm, scores: VersionScores) -> bool:
         """The refusal of `scores` (its answers to `form`'s prompts included) rests on one
@@ -432,6 +454,22 @@ class RegressionGuard:
                 verdict = replace(verdict, deferred_until=form.n + items)
                 self._deferred[candidate] = (verdict.deferred_until, after)
                 self._prompts_seen = (-1, 0.0)  # count again, up to the new number
+        others = decide(replace(verdict.candidate, budget_n=0, budget_new_loops=None), before,
+                        self.settings, base_general, base_degeneration)  # fmt: skip
+        if self._budget_confirmable(verdict, not others.passed):
+            _, extra = await self.budget_form(candidate, more=True)
+            both = at_length.pooled(extra)
+            log.info("guard: %s's refusal at your length rests on one answer; %d more open "
+                     "prompts asked", candidate, extra.n)  # fmt: skip
+            verdict = decide(
+                replace(
+                    verdict.candidate, budget_n=both.n, budget_degeneration=both.rate,
+                    base_budget_degeneration=both.base_rate,
+                    budget_new_loops=new_loops(both.flags, both.base_flags),
+                    budget_confirmed=True,
+                ),
+                before, self.settings, base_general, base_degeneration,
+            )  # fmt: skip
         self.checked += 1
         self.deferred += verdict.deferred
         self.refused += not verdict.passed and not verdict.deferred

@@ -75,6 +75,9 @@ class VersionScores:
     """Share of those answers that are degenerate: the version's, the base model's."""
     budget_new_loops: float | None = None
     """Share of those answers degenerate where the base's answer to the same prompt is not."""
+    budget_confirmed: bool = False
+    """A refusal at that length by one new loop too many was confirmed on the next open
+    prompts (the figures are of both sets together)."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,7 @@ class GuardVerdict:
                 f"; at your length ({c.budget_tokens} tokens) degeneration "
                 f"{_fig(c.budget_degeneration)} vs base {_fig(c.base_budget_degeneration)}, "
                 f"new loops {_count(c.budget_new_loops, c.budget_n)}"
+                + (", confirmed" if c.budget_confirmed else "")
                 if c.budget_n
                 else ""
             )
@@ -171,6 +175,7 @@ class GuardVerdict:
             "budget_degeneration": c.budget_degeneration,
             "base_budget_degeneration": c.base_budget_degeneration,
             "budget_new_loops": c.budget_new_loops,
+            "budget_confirmed": c.budget_confirmed,
         }
 
 

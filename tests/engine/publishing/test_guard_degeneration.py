@@ -246,7 +246,7 @@ def test_open_prompts_at_the_users_length_refuse_loops_the_base_does_not_make(
                 await be.stop()
 
         verdict, unchecked, guard = asyncio.run(go())
-        assert list(guard._base_budget) == [48] and guard.status()["budget_prompts"] == 2
+        assert list(guard._base_budget) == [(48, False)] and guard.status()["budget_prompts"] == 2
     c = verdict.candidate
     assert (c.budget_tokens, c.budget_n) == (48, 2)
     # the adapter loops on both; the base on at most one (measured: 1, the story)
@@ -401,3 +401,76 @@ def test_a_refusal_too_few_prompts_can_confirm_is_deferred_until_they_exist(
     assert second.passed and not second.deferred and second.candidate.user_n == 12
     assert second.candidate.user_degeneration == pytest.approx(1 / 12)
     assert (last["checked"], last["refused"], last["waiting"]) == (2, 0, [])
+
+
+def test_a_refusal_at_the_users_length_by_one_loop_is_confirmed_on_more_open_prompts(
+    loaded_model: tuple[Any, Any], looping_adapter: Path, tmp_path: Path
+) -> None:
+    """At the user's length (48 tokens) the looping adapter loops on every open prompt; the
+    base model loops on "Explain how a bicycle works." alone. With the margin at 0.5 (2
+    prompts: 1 new loop may pass; 4: 2 may), the first 2 prompts (a story, a weekend) give
+    2 new loops: refused, by one loop too many. The guard asks the next 2 (`budget_more`)
+    and decides on all 4: where both are the bicycle, which the base loops on too, the new
+    loops stay 2 of 4 and the version passes, confirmed; where both are new loops (advice,
+    a list), 4 of 4 keep the refusal; with `budget_confirm` off, the 2 decide. Only the rule
+    at the user's length decides here. Real model, real store, the guard's own `check`."""
+    from clawrl_app.engine.store import NewTurn
+
+    model, tok = loaded_model
+    fmt = ChatFormatter(tok)
+    shipped = {p.prompt: p for p in load_open_prompts()}
+    story, weekend, bicycle = (shipped[q] for q in (
+        "Write a short story about a lost key.", "Describe your ideal weekend.",
+        "Explain how a bicycle works.",
+    ))  # fmt: skip
+    advice = shipped["Give some advice to someone starting their first job."]
+    water = shipped["List some ways to save water at home."]
+    settings = GuardSettings(general_items=0, open_prompts=0, budget_prompts=2,
+                             open_max_tokens=64, user_form_items=0, max_new_loops=0.5)  # fmt: skip
+    with Store(tmp_path / "s.db") as store:
+        store.ensure_session("chat", "test")
+        for k in range(4):
+            body = {"messages": [{"role": "user", "content": f"Question {k}?"}], "max_tokens": 48}
+            store.record_turn(NewTurn("chat", "main", body, "a", [1] * 8, [2], [0.0], "base"))
+
+        async def go() -> list[Any]:
+            be = TorchBackend(copy.deepcopy(model), tok, model_name="m", context_length=2048)
+            await be.start()
+            try:
+                await be.load_adapter("v1", looping_adapter)
+                off = settings.model_copy(update={"budget_confirm": False})
+                return [
+                    await RegressionGuard(store, be, fmt, s, QUESTIONS, prompts).check(
+                        "v1", "base", 1
+                    )
+                    for s, prompts in (
+                        (settings, [story, weekend, bicycle, bicycle]),
+                        (settings, [story, weekend, advice, water]),
+                        (off, [story, weekend, bicycle, bicycle]),
+                    )
+                ]
+            finally:
+                await be.stop()
+
+        passed, stands, alone = asyncio.run(go())
+    assert not alone.passed and not alone.candidate.budget_confirmed
+    assert (alone.candidate.budget_n, alone.candidate.budget_new_loops) == (2, 1.0)
+    assert alone.reasons == [
+        "at your answer length (48 tokens): 2 of 2 open prompts answered in a loop where "
+        "the base's answers are not (at most 1: 0.5 of them)"
+    ]
+    c = passed.candidate
+    assert passed.passed and c.budget_confirmed and c.budget_n == 4
+    assert (c.budget_new_loops, c.budget_degeneration, c.base_budget_degeneration) == (
+        0.5,
+        1.0,
+        0.5,
+    )
+    assert "new loops 2 of 4, confirmed" in passed.summary()
+    assert passed.as_dict()["budget_confirmed"] is True
+    assert not stands.passed and stands.candidate.budget_confirmed
+    assert (stands.candidate.budget_n, stands.candidate.budget_new_loops) == (4, 1.0)
+    assert stands.reasons == [
+        "at your answer length (48 tokens): 4 of 4 open prompts answered in a loop where "
+        "the base's answers are not (at most 2: 0.5 of them)"
+    ]

@@ -262,3 +262,66 @@ def test_a_stop_pair_step_raises_the_end_where_the_cut_ends_and_nothing_else_mov
         stop_before, stop_after,
     )  # fmt: skip
     assert abs(sum(scored(tr, prompts[0], first, 1.0)) - prefix_before) < 1.0
+
+
+@pytest.mark.slow
+def test_further_tries_find_an_answer_the_greedy_teacher_could_not_show(
+    loaded_model: tuple[Any, Any], tmp_path: Path
+) -> None:
+    """Real model, torch backend. Reading "That is a lot of text. Keep it to about a dozen
+    words, please." the greedy teacher answers as if it had not read the hint (dropped,
+    above); sampled tries, seeded by the turn, find one that is kept: it ended on its own,
+    is within a dozen words, shorter than the rejected answer, and the hint explains it.
+    The tries come after the greedy answer, each with its own seed, and stop at the first
+    kept one."""
+    import asyncio
+    from unittest.mock import patch
+
+    from clawrl_app.engine.backends.pytorch.backend import TorchBackend
+    from clawrl_app.engine.judging import teacher_answer as ta
+    from clawrl_app.engine.store import NewTurn
+
+    model, tok = loaded_model
+    fmt = ChatFormatter(tok)
+    msgs = [{"role": "user", "content": "What is photosynthesis?"}]
+    long_answer = " ".join(["Photosynthesis turns light, water and carbon dioxide into sugar."] * 5)
+    with Store(tmp_path / "s.sqlite3") as store:
+        store.ensure_session("s", "api")
+        row = store.record_turn(
+            NewTurn("s", "main", {"messages": msgs, "max_tokens": 64}, long_answer, [1], [2],
+                    [-0.1], "base")
+        )  # fmt: skip
+    assert row is not None
+    dozen = "That is a lot of text. Keep it to about a dozen words, please."
+    calls: list[tuple[float, int | None]] = []
+    drawn: list[list[int]] = []
+    real = ta.side_tokens
+
+    async def spy(*args: Any) -> tuple[list[int], str | None]:
+        calls.append((args[5], args[6]))
+        out = await real(*args)
+        drawn.append(out[0])
+        return out
+
+    async def go() -> tuple[Any, Any, float]:
+        be = TorchBackend(model, tok, model_name="m", context_length=2048)
+        await be.start()
+        try:
+            greedy_only = await ta.teacher_answer(be, fmt, row, dozen, None, 64)
+            with patch.object(ta, "side_tokens", spy):
+                kept = await ta.teacher_answer(be, fmt, row, dozen, None, 64, 8, 1.0)
+            gain = await ta.hint_gain(be, fmt, msgs, dozen, kept or [], None) if kept else 0.0
+            return greedy_only, kept, gain
+        finally:
+            await be.stop()
+
+    greedy_only, kept, gain = asyncio.run(go())
+    assert greedy_only is None
+    assert kept is not None, f"no kept answer in 8 tries: {calls}"
+    text = fmt.decode(kept)
+    assert 0 < len(text.split()) <= 12 and gain >= ta.MIN_HINT_GAIN
+    assert kept[-1] in eos_token_ids(tok)  # it ended on its own
+    assert calls[0] == (0.0, None) and all(t == 1.0 for t, _ in calls[1:])
+    seeds = [s for _, s in calls[1:]]
+    assert len(set(seeds)) == len(seeds) >= 1 and len(calls) <= 9
+    assert drawn[-1] == kept  # the first kept one ends the tries
