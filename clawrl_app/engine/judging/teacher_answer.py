@@ -29,13 +29,14 @@ Tool-calling turns get none (their answers are calls).
 *Further tries.* The greedy answer is one draw; when it is not kept the teacher samples up
 to `tries` more (`judge.teacher_tries`, at `judge.teacher_temperature`, seeded by the turn)
 and the first one kept trains. Measured on the base model (16 training prompts per user,
-the user's max_tokens, the checks above; 2026-12-02, the script `bench/teacher_tries.py` was made from): greedy kept
-5 / 2 / 11 of 16 for u15 / dozen / tips25; greedy or one of 4 samples at temperature 1.0
-kept 16 / 10 / 15 of 16, and every kept answer was within the user's limit. End to end
-(brevity/u15, 4 tries at 1.0, 2026-12-02) three times the shown answers per batch pushed
-harder than the policy could take: v1-v3 were refused (2-4 of 24 new loops at the user's
-length, general 0.50 against 0.60) and nothing was served in 24 turns, where greedy alone
-served 0.60 compliant by then. So the tries are off by default (`teacher_tries = 0`).
+the user's max_tokens, the checks above; 2026-12-02, the script `bench/teacher_tries.py`
+was made from): greedy kept 5 / 2 / 11 of 16 for u15 / dozen / tips25; greedy or one of 4
+samples at temperature 1.0 kept 16 / 10 / 15 of 16, and every kept answer was within the
+user's limit. End to end (brevity/u15, 4 tries at 1.0, 2026-12-02) v1-v3 were refused
+(2-4 of 24 new loops at the user's length, general 0.50 against 0.60) and nothing was
+served in 24 turns, where greedy alone served 0.60 compliant by then; the likely cause,
+not measured apart, is about three times the shown answers per batch, each rewarded +1 at
+ratio 1. So the tries are off by default (`teacher_tries = 0`).
 """
 
 from __future__ import annotations
