@@ -301,16 +301,16 @@ class RegressionGuard:
         mine = await forms(version)
         return tokens, UserForm.of(mine, self._base_budget[tokens, more])
 
-    def _budget_confirmable(self, verdict: GuardVerdict, refuse_without: bool) -> bool:
-        """The rule at the user's length alone refuses (`refuse_without`: the others do
-        not), by one new loop too many, and there are further open prompts to ask."""
+    def _budget_confirmable(self, verdict: GuardVerdict) -> bool:
+        """`verdict` refused, the rule at the user's length by one new loop too many, and
+        there are further open prompts to ask (whether that rule alone refuses is the
+        caller's to ask)."""
         c = verdict.candidate
         return (
             bool(self.budget_more)
             and not verdict.passed
             and not verdict.deferred
             and not c.budget_confirmed
-            and not refuse_without
             and new_loops_rest_on_one(c.budget_new_loops, c.budget_n, self.settings.max_new_loops)
         )
 
@@ -433,11 +433,18 @@ class RegressionGuard:
             )  # fmt: skip
             return decide(scores, before, self.settings, base_general, base_degeneration)
 
+        def passes_without(**blank: Any) -> bool:
+            """Would the verdict pass with the named rules' inputs blanked?"""
+            return decide(replace(verdict.candidate, **blank), before, self.settings,
+                          base_general, base_degeneration).passed  # fmt: skip
+
         verdict = await verdict_on(form)
         # refused by the rules on the user's prompts and the new loops alone?
-        others = decide(replace(verdict.candidate, user_n=0, new_loops=None), before,
-                        self.settings, base_general, base_degeneration)  # fmt: skip
-        if not verdict.passed and others.passed and self._confirmable(form, verdict.candidate):
+        if (
+            not verdict.passed
+            and self._confirmable(form, verdict.candidate)
+            and passes_without(user_n=0, new_loops=None)
+        ):
             items = self.settings.user_form_items
             more = await self.user_form(candidate, skip=form.n)
             log.info("guard: %s's refusal rests on one answer; %d more of your prompts asked",
@@ -454,9 +461,7 @@ class RegressionGuard:
                 verdict = replace(verdict, deferred_until=form.n + items)
                 self._deferred[candidate] = (verdict.deferred_until, after)
                 self._prompts_seen = (-1, 0.0)  # count again, up to the new number
-        others = decide(replace(verdict.candidate, budget_n=0, budget_new_loops=None), before,
-                        self.settings, base_general, base_degeneration)  # fmt: skip
-        if self._budget_confirmable(verdict, not others.passed):
+        if self._budget_confirmable(verdict) and passes_without(budget_n=0, budget_new_loops=None):
             _, extra = await self.budget_form(candidate, more=True)
             both = at_length.pooled(extra)
             log.info("guard: %s's refusal at your length rests on one answer; %d more open "

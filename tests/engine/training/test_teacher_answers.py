@@ -136,6 +136,22 @@ def test_an_answer_that_quotes_the_hint_is_no_answer() -> None:
     assert not quotes("A hint: read the instructions first.", HINT_MARKER, 2)
 
 
+def photosynthesis_turns(tmp_path: Path) -> tuple[list[dict[str, str]], Any, Any]:
+    """The question "What is photosynthesis?" recorded twice in a real store: once with a
+    long answer (five times the same sentence, 50 words), once with a short one."""
+    from clawrl_app.engine.store import NewTurn
+
+    msgs = [{"role": "user", "content": "What is photosynthesis?"}]
+    long_answer = " ".join(["Photosynthesis turns light, water and carbon dioxide into sugar."] * 5)
+    with Store(tmp_path / "s.sqlite3") as store:
+        store.ensure_session("s", "api")
+        row, short_row = (store.record_turn(NewTurn(
+            "s", "main", {"messages": msgs, "max_tokens": 64}, text, [1], [2], [-0.1], "base"
+        )) for text in (long_answer, "Plants make sugar from light."))  # fmt: skip
+    assert row is not None and short_row is not None
+    return msgs, row, short_row
+
+
 @pytest.mark.slow
 def test_the_teacher_answer_must_carry_the_hint(
     loaded_model: tuple[Any, Any], tmp_path: Path
@@ -148,18 +164,10 @@ def test_the_teacher_answer_must_carry_the_hint(
 
     from clawrl_app.engine.backends.pytorch.backend import TorchBackend
     from clawrl_app.engine.judging.teacher_answer import hint_gain, teacher_answer
-    from clawrl_app.engine.store import NewTurn
 
     model, tok = loaded_model
     fmt = ChatFormatter(tok)
-    msgs = [{"role": "user", "content": "What is photosynthesis?"}]
-    long_answer = " ".join(["Photosynthesis turns light, water and carbon dioxide into sugar."] * 5)
-    with Store(tmp_path / "s.sqlite3") as store:
-        store.ensure_session("s", "api")
-        row, short_row = (store.record_turn(NewTurn(
-            "s", "main", {"messages": msgs, "max_tokens": 64}, text, [1], [2], [-0.1], "base"
-        )) for text in (long_answer, "Plants make sugar from light."))  # fmt: skip
-    assert row is not None and short_row is not None
+    msgs, row, short_row = photosynthesis_turns(tmp_path)
     brief = "Too long. Please answer in at most 15 words."
     dozen = "That is a lot of text. Keep it to about a dozen words, please."
 
@@ -279,19 +287,10 @@ def test_further_tries_find_an_answer_the_greedy_teacher_could_not_show(
 
     from clawrl_app.engine.backends.pytorch.backend import TorchBackend
     from clawrl_app.engine.judging import teacher_answer as ta
-    from clawrl_app.engine.store import NewTurn
 
     model, tok = loaded_model
     fmt = ChatFormatter(tok)
-    msgs = [{"role": "user", "content": "What is photosynthesis?"}]
-    long_answer = " ".join(["Photosynthesis turns light, water and carbon dioxide into sugar."] * 5)
-    with Store(tmp_path / "s.sqlite3") as store:
-        store.ensure_session("s", "api")
-        row = store.record_turn(
-            NewTurn("s", "main", {"messages": msgs, "max_tokens": 64}, long_answer, [1], [2],
-                    [-0.1], "base")
-        )  # fmt: skip
-    assert row is not None
+    msgs, row, _ = photosynthesis_turns(tmp_path)
     dozen = "That is a lot of text. Keep it to about a dozen words, please."
     calls: list[tuple[float, int | None]] = []
     drawn: list[list[int]] = []
