@@ -51,8 +51,9 @@ class GuardSettings(_Section):
     budget_confirm: bool = True
     """When the check at your answer length alone refuses, by one new loop too many, the
     next `budget_prompts` shipped open prompts are answered at that length too and all the
-    answers decide together (as `user_form_confirm` does for your prompts): 2 new loops in
-    24 befell harmless versions as often as looping ones (docs/learning.md)."""
+    answers decide together (as `user_form_confirm` does for your prompts; both at once
+    where each of the two refusals rests on one answer): 2 new loops in 24 befell harmless
+    versions as often as looping ones (docs/learning.md)."""
     max_degeneration_rise: float = Field(default=0.05, ge=0.0, le=1.0)
     """Refuse a version whose degeneration rate (share of its answers that loop or repeat
     themselves) exceeds the base model's by more than this, whatever its fact score."""

@@ -40,10 +40,15 @@ from clawrl_app.engine.publishing.user_form import (
     USER_FORM_MIN,
     UserForm,
     answer_budget,
-    new_loops_rest_on_one,
     refusal_rests_on_one_answer,
 )
-from clawrl_app.engine.publishing.verdict import GuardVerdict, VersionScores, decide
+from clawrl_app.engine.publishing.verdict import (
+    AT_LENGTH,
+    GuardVerdict,
+    VersionScores,
+    decide,
+    to_confirm,
+)
 from clawrl_app.engine.store.guard import DEGENERATION, GENERAL, PERSONAL, UserPrompt
 from clawrl_app.general_eval import (
     GeneralItem,
@@ -301,19 +306,6 @@ class RegressionGuard:
         mine = await forms(version)
         return tokens, UserForm.of(mine, self._base_budget[tokens, more])
 
-    def _budget_confirmable(self, verdict: GuardVerdict) -> bool:
-        """`verdict` refused, the rule at the user's length by one new loop too many, and
-        there are further open prompts to ask (whether that rule alone refuses is the
-        caller's to ask)."""
-        c = verdict.candidate
-        return (
-            bool(self.budget_more)
-            and not verdict.passed
-            and not verdict.deferred
-            and not c.budget_confirmed
-            and new_loops_rest_on_one(c.budget_new_loops, c.budget_n, self.settings.max_new_loops)
-        )
-
     def _confirmable(self, form: UserForm, scores: VersionScores) -> bool:
         """The refusal of `scores` (its answers to `form`'s prompts included) rests on one
         answer alone (`refusal_rests_on_one_answer`) and `user_form_confirm` is on."""
@@ -439,12 +431,12 @@ class RegressionGuard:
                           base_general, base_degeneration).passed  # fmt: skip
 
         verdict = await verdict_on(form)
-        # refused by the rules on the user's prompts and the new loops alone?
-        if (
-            not verdict.passed
-            and self._confirmable(form, verdict.candidate)
-            and passes_without(user_n=0, new_loops=None)
-        ):
+        # refused by rules that each rest on one answer, and by those alone?
+        user_side, at_length_side = to_confirm(
+            verdict, form, self.settings, base_general, base_degeneration,
+            user_more=self.settings.user_form_confirm, length_more=bool(self.budget_more),
+        )  # fmt: skip
+        if user_side:
             items = self.settings.user_form_items
             more = await self.user_form(candidate, skip=form.n)
             log.info("guard: %s's refusal rests on one answer; %d more of your prompts asked",
@@ -461,7 +453,7 @@ class RegressionGuard:
                 verdict = replace(verdict, deferred_until=form.n + items)
                 self._deferred[candidate] = (verdict.deferred_until, after)
                 self._prompts_seen = (-1, 0.0)  # count again, up to the new number
-        if self._budget_confirmable(verdict) and passes_without(budget_n=0, budget_new_loops=None):
+        if at_length_side and not verdict.deferred and passes_without(**AT_LENGTH):
             _, extra = await self.budget_form(candidate, more=True)
             both = at_length.pooled(extra)
             log.info("guard: %s's refusal at your length rests on one answer; %d more open "

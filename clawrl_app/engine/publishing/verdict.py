@@ -5,19 +5,27 @@ and scores is `guard.RegressionGuard`; the rules on the user's own prompts are i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from clawrl_app.engine.publishing.user_form import (
     EPS,
+    UserForm,
     allowed_new_loops,
     new_loop_count,
+    new_loops_rest_on_one,
+    refusal_rests_on_one_answer,
     refusing_rules,
     too_many_new_loops,
 )
 
 if TYPE_CHECKING:
     from clawrl_app.config import GuardSettings
+
+USER_SIDE: dict[str, Any] = {"user_n": 0, "new_loops": None}
+"""The inputs of the rules on the user's prompts and of the new-loops rule, blanked."""
+AT_LENGTH: dict[str, Any] = {"budget_n": 0, "budget_new_loops": None}
+"""The inputs of the rule on the open prompts at the user's length, blanked."""
 
 
 def _fig(x: float | None) -> str:
@@ -261,11 +269,7 @@ def decide(
             f"new loops: {_count(c.new_loops, c.new_loops_n)} of its answers degenerate where "
             f"the base's are not (at most {most}: {settings.max_new_loops:g} of them)"
         )
-    if too_many_new_loops(c.budget_new_loops, c.budget_n, settings.max_new_loops) and (
-        c.budget_degeneration is None
-        or c.base_budget_degeneration is None
-        or c.budget_degeneration > c.base_budget_degeneration + EPS
-    ):
+    if at_length_refuses(c, settings):
         most = allowed_new_loops(c.budget_n, settings.max_new_loops)
         reasons.append(
             f"at your answer length ({c.budget_tokens} tokens): "
@@ -275,3 +279,47 @@ def decide(
     return GuardVerdict(
         candidate, served, not reasons, reasons, form_ref, settings.min_personal_items
     )
+
+
+def at_length_refuses(c: VersionScores, settings: GuardSettings) -> bool:
+    """The rule on the open prompts at the user's length refuses `c` (`decide`)."""
+    return too_many_new_loops(c.budget_new_loops, c.budget_n, settings.max_new_loops) and (
+        c.budget_degeneration is None
+        or c.base_budget_degeneration is None
+        or c.budget_degeneration > c.base_budget_degeneration + EPS
+    )
+
+
+def to_confirm(
+    verdict: GuardVerdict,
+    form: UserForm,
+    settings: GuardSettings,
+    base_general: float | None,
+    base_degeneration: float | None,
+    *,
+    user_more: bool,
+    length_more: bool,
+) -> tuple[bool, bool]:
+    """Which refusing rules of `verdict` to ask again on further prompts before the refusal
+    stands: (the user's prompts with the new loops, the open prompts at the user's length).
+    Each one whose refusal rests on one answer (`refusal_rests_on_one_answer`,
+    `new_loops_rest_on_one`) and has more prompts to ask (`user_more`, `length_more`), and
+    only when those rules alone refuse: with their inputs left out the verdict would pass,
+    so a refusal by any other rule stands unasked. Both at once where each rule rests on
+    one answer (calm/plain's v4 of 2026-12-02: 4 of 64 new loops, 3 allowed, and 2 of 24 at
+    the user's length, 1 allowed; pool 0.04 against the base's 0.04, 0.80 compliant)."""
+    c = verdict.candidate
+    if verdict.passed or verdict.deferred:
+        return False, False
+    user = user_more and refusal_rests_on_one_answer(form, c.new_loops, c.new_loops_n, settings)
+    length = (
+        length_more
+        and not c.budget_confirmed
+        and at_length_refuses(c, settings)
+        and new_loops_rest_on_one(c.budget_new_loops, c.budget_n, settings.max_new_loops)
+    )
+    blank = {**(USER_SIDE if user else {}), **(AT_LENGTH if length else {})}
+    if not blank:
+        return False, False
+    others = decide(replace(c, **blank), verdict.served, settings, base_general, base_degeneration)
+    return (user, length) if others.passed else (False, False)

@@ -111,3 +111,36 @@ def test_the_users_answer_length_is_the_median_budget_within_floor_and_cap() -> 
     assert answer_budget([8, 8, 16], 160, 32) == 32
     assert answer_budget([], 160, 32) == 160
     assert answer_budget([8], 24, 32) == 24  # a floor above the cap: the cap
+
+
+def test_refusals_that_each_rest_on_one_answer_are_confirmed_together() -> None:
+    """calm/plain's v4 (2026-12-02): 4 of 64 new loops (3 allowed) and 2 of 24 open prompts
+    looping at the user's length (1 allowed), each one answer too many, nothing else wrong:
+    both are asked again. calm's v3 had 3 of 24 at the user's length (two too many): that
+    refusal stands and so nothing is asked. A rule that cannot be confirmed (the general
+    score) keeps every refusal; each side alone, with nothing more to ask, is not asked."""
+    from dataclasses import replace
+
+    from clawrl_app.engine.publishing.verdict import VersionScores, decide, to_confirm
+
+    served = VersionScores("base", None, 0, 0.6, 40, degeneration=0.1, degeneration_n=52)
+    v4 = VersionScores("v4", None, 0, 0.68, 40, degeneration=0.1, degeneration_n=52,
+                       user_degeneration=0.0, base_user_degeneration=0.0, user_n=12,
+                       new_loops=4 / 64, new_loops_n=64, budget_tokens=64, budget_n=24,
+                       budget_degeneration=3 / 24, base_budget_degeneration=1 / 24,
+                       budget_new_loops=2 / 24)  # fmt: skip
+    clean = form(0)
+
+    def ask(scores: VersionScores, user: bool = True, length: bool = True) -> tuple[bool, bool]:
+        verdict = decide(scores, served, S, 0.6, 0.1)
+        return to_confirm(verdict, clean, S, 0.6, 0.1, user_more=user, length_more=length)
+
+    assert len(decide(v4, served, S, 0.6, 0.1).reasons) == 2
+    assert ask(v4) == (True, True)
+    assert ask(replace(v4, budget_new_loops=3 / 24, budget_degeneration=4 / 24)) == (False, False)
+    assert ask(replace(v4, general=0.5)) == (False, False)  # general 0.50 < 0.55 stands
+    assert ask(v4, length=False) == (False, False) and ask(v4, user=False) == (False, False)
+    assert ask(replace(v4, budget_new_loops=1 / 24)) == (True, False)  # new loops alone
+    assert ask(replace(v4, new_loops=3 / 64)) == (False, True)  # at the user's length alone
+    assert ask(replace(v4, budget_confirmed=True)) == (False, False)  # asked already
+    assert ask(replace(v4, new_loops=3 / 64, budget_new_loops=1 / 24)) == (False, False)  # passed
