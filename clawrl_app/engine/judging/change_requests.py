@@ -116,6 +116,13 @@ def names_a_form(text: str) -> bool:
     return bool(_FORM_TARGET_RE.search(text))
 
 
+def bare_form(text: str) -> bool:
+    """Whether the whole of `text` is a form of the answer and nothing more ("one line.",
+    "as json", "bullets?"): read only where no approval was heard ("good length")."""
+    core = _core(text)
+    return bool(core) and bool(_BARE_FORM_RE.match(core)) and names_a_form(core)
+
+
 def _new_thing(rest: str) -> bool:
     """Whether a verb's object is a new thing to make ("a short poem about the sea")."""
     m = _NEW_THING_RE.search(rest)
@@ -196,6 +203,23 @@ ENDORSEMENT_RE = re.compile(
 )
 _ADD_TOO_RE = re.compile(rf"^(?:{_ADD_VERBS})\b.*\b(?:too|as well|also)\W*$", _I)
 _ALSO_ADD_RE = re.compile(rf"^\W*(?:please\s+)?also\W+(?:please\s+)?(?:{_ADD_VERBS})\b", _I)
+# "can u expand", "elaborate pls": a change verb with no object but the answer
+_BARE_CHANGE_RE = re.compile(
+    r"^(?:expand|elaborate|condense|shorten|simplify|summari[sz]e|trim|tighten|abridge)"
+    r"(?: (?:on )?(?:it|this|that|a bit|a little|more|please|pls|plz))*\W*$",
+    _I,
+)
+# "add something about the lights at night": more on the answer's own subject
+_ADD_ABOUT_RE = re.compile(
+    r"^(?:add|include|mention) (?:something|a (?:bit|line|sentence|note|word|section|"
+    r"paragraph)|more|some (?:info|information|details?|facts?|words?)|info|details?|a few "
+    r"(?:words|lines|facts)) (?:about|on|re|regarding)\b",
+    _I,
+)
+# "one line.", "as json", "bullets?": the reply is a form of the answer and nothing more
+_BARE_FORM_RE = re.compile(
+    r"^(?!(?:an?|the)\b)(?:(?:as|in|into|just|only|make it)\s+)?(?:\w+[ -]?){1,2}\W*$", _I
+)
 _PHRASAL_RE = re.compile(
     r"^(?!look|pick|sign|log|set|hang|give|back|hold|turn off)\w+ (?:it|that|this|them) "
     r"(?:down|back|up|out)\b",
@@ -296,7 +320,13 @@ _COMPLAINT_RE = re.compile(
     r"(?:^|\b(?:that|this|it|which)|\byour(?: \w+){1,8}?)(?:'s| is| are| was| seems| looks) "
     r"(?:a bit |way |slightly |a little |totally )?off\b(?! to\b)|"
     r"\b(?:you'?ve|you have|you|u) (?:\w+ )?(?:mixed|muddled) up\b|"
-    r"\b(?:you'?ve|you have|you|u) got (?:it|that|this|the \w+|them) (?:wrong|backwards|mixed up)\b",
+    r"\b(?:you'?ve|you have|you|u) got (?:it|that|this|the \w+|them) (?:wrong|backwards|mixed up)\b|"
+    r"^\W*(?:wow|whoa|geez|jeez|omg|lol|yikes)\W+(?:an?|the|a whole|a full) (?:\w+ )?(?:essay|novel|"
+    r"book|thesis|lecture|saga|speech|sermon|dissertation|encyclopa?edia entry)\b|"
+    r"\bpaid by the word\b|\b(?:chill|go easy|easy|lay off) (?:with|on) (?:the|all the|your)\b|"
+    r"\b(?:i|we) (?:really |only |just |actually )?(?:need(?:ed)?|want(?:ed)?|hoped for|expected|"
+    r"was after|were after|asked for)\b[^.!?]*?,\s*not\b|"
+    r"\bwhat (?:i|we) (?:really |actually |only )?(?:need|want|wanted|needed) (?:is|was)\b",
     _I,
 )
 # "Now ..." / "Next, ..." moves on unless it points at this answer or its shape.
@@ -341,6 +371,8 @@ def request_kind(clause: str) -> str | None:
     if _REMOVE_RE.search(core) or _ADD_TOO_RE.search(core) or _PHRASAL_RE.search(core):
         return "imperative"
     if _ALSO_ADD_RE.search(text) or _EXPLAIN_RE.search(core) or _FORMAT_RE.search(core):
+        return "imperative"
+    if _BARE_CHANGE_RE.search(core) or _ADD_ABOUT_RE.search(core):
         return "imperative"
     if _COULD_IT_BE_RE.search(core) and _target(core.split(None, 3)[-1]):
         return "question about the answer's form"

@@ -57,6 +57,7 @@ from clawrl_app.engine.chat.messages import message_text
 from clawrl_app.engine.judging import reply_model
 from clawrl_app.engine.judging.change_requests import (
     ENDORSEMENT_RE,
+    bare_form,
     change_request,
     clauses,
     names_a_form,
@@ -72,8 +73,9 @@ from clawrl_app.engine.judging.corrections import (
 )
 from clawrl_app.engine.judging.prompts import JudgeInput
 from clawrl_app.engine.judging.reply_values import bare_name, near_miss, replacement_value
+from clawrl_app.engine.judging.spelling import respell
 
-HEURISTIC_RULES_VERSION = "heuristic-v6"
+HEURISTIC_RULES_VERSION = "heuristic-v7"
 """Bump when any pattern below changes; recorded with every heuristic verdict."""
 
 _I = re.IGNORECASE
@@ -270,6 +272,14 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ),
     ),
     ("keep it like this", ENDORSEMENT_RE),
+    (
+        "praise",
+        re.compile(
+            r"^\W*(?:wonderful|brilliant|fantastic|amazing|superb|marvell?ous|splendid|"
+            r"terrific|outstanding|fabulous|stellar|impeccable)\b|\bjust right\b",
+            _I,
+        ),
+    ),
 ]
 """Acceptance / thanks / moving-on signals in a user reply."""
 
@@ -282,10 +292,21 @@ _FILLER_RE = re.compile(
 _RATING_RE = re.compile(
     r"^\W*(\d{1,2}(?:\.\d)?)\s*(?:(?:/\s*(10|5)\b|out of (10|5)\b)(?:\s*stars?)?|stars?)\W*$", _I
 )
+_RATING_FIRST_RE = re.compile(
+    r"^\W*(\d{1,2}(?:\.\d)?)\s*(?:/\s*(10|5)\b|out of (10|5)\b)(?:\s*stars?)?\W+(\w.*)$", _I
+)
+# "10/10 would ask again", "what's the capital again": "again" that asks for no redo
+_BENIGN_AGAIN_RE = re.compile(
+    r"\b(?:would|will|'ll|'d|gonna)\s+(?:\w+\s+)?(?:ask|use|come|do|read|visit|recommend|buy|"
+    r"order|go)\s+(?:\w+\s+)?again\b|"
+    r"^\W*(?:what|whats|what's|who|whos|who's|where|when|how|which)\b[^.!?]*\bagain\W*$",
+    _I,
+)
 _CONTRAST_RE = re.compile(r"\b(?:but|though|however|although|that said)\b\W*(\w.{7,})$", _I)
 _ASK_RE = re.compile(
     r"\b(?:can|could|would|will) (?:you|u)\b|\bwould you mind\b|\bany chance\b|"
-    r"\bi (?:really |just |only )?(?:need|want|wanted|needed|expected|hoped)\b|\bi'?d (?:like|prefer|rather)\b|"
+    r"\b(?:can|could|may) i (?:get|have)\b|"
+    r"(?<!what )\bi (?:really |just |only )?(?:need|want|wanted|needed|expected|hoped)\b|\bi'?d (?:like|prefer|rather)\b|"
     r"\bplease\b|\bpls\b|\bthough\W*$",
     _I,
 )
@@ -391,20 +412,23 @@ def error_line(text: str) -> str:
     return line[:_MAX_ERROR_LINE_CHARS].rstrip(" .")
 
 
-def _classify_user(text: str, answer: str, question: str) -> HeuristicVerdict:
+def _classify_user(said: str, answer: str, question: str) -> HeuristicVerdict:
+    text = respell(said)  # the rules read chat spellings as words; the hint keeps `said`
     rating = _rating(text)
+    if rating is None:
+        rating = _rating_first(text, answer, question)
     if rating is not None:
         kind = {1: "well", 0: "middling", -1: "badly"}[rating]
         return HeuristicVerdict(rating, f"user rates the answer {kind}")
     negative = _strong_correction(text, answer, question)
     if negative is not None:
-        return _negative(text, negative)
+        return _negative(said, negative)
     positive, negated = _approval(text)
     if positive == "thanks" and _NEW_TOPIC_RE.search(text):
         return HeuristicVerdict(0, "user moves to an unrelated topic")
     if positive is not None:
         if reply_model.read(_besides_approval(text), answer) == -1:
-            return _negative(text, f"{positive}, and a request (word model)")
+            return _negative(said, f"{positive}, and a request (word model)")
         asking = _asking(text)
         if (
             asking
@@ -417,16 +441,18 @@ def _classify_user(text: str, answer: str, question: str) -> HeuristicVerdict:
             return HeuristicVerdict(0, f"{positive}, and a request about the answer")
         return HeuristicVerdict(1, f"user acceptance signal: {positive}")
     if negated is not None:
-        return _negative(text, f"negated approval: {negated}")
+        return _negative(said, f"negated approval: {negated}")
     if continuation(text):
         return HeuristicVerdict(1, "user continues the same task")
     replaced = replacement_value(text, answer) or bare_name(text, answer) or near_miss(text, answer)
     if replaced is not None:
-        return _negative(text, f"replaced {replaced}")
+        return _negative(said, f"replaced {replaced}")
     if repeated_question(text, question):
-        return _negative(text, "repeated question")
+        return _negative(said, "repeated question")
+    if bare_form(text):
+        return _negative(said, "a form alone")
     if reply_model.read(text, answer) == -1:
-        return _negative(text, "a request (word model)")
+        return _negative(said, "a request (word model)")
     return HeuristicVerdict(0, "no clear signal in the user reply")
 
 
@@ -476,6 +502,19 @@ def _rating(text: str) -> int | None:
     return 1 if share >= 0.7 else -1 if share <= 0.4 else 0
 
 
+def _rating_first(text: str, answer: str, question: str) -> int | None:
+    """+1 for a good rating followed by a remark with no contrast and no correction in it
+    ("10/10 would ask again"); None otherwise (a low rating with a remark is read as words:
+    "2/10 too long" is a correction with its hint)."""
+    match = _RATING_FIRST_RE.match(text)
+    if match is None or _CONTRAST_RE.search(text):
+        return None
+    rest = match.group(4)
+    if _rating(text[: match.start(4)].strip()) != 1 or _strong_correction(rest, answer, question):
+        return None
+    return 1
+
+
 def _approval(text: str) -> tuple[str | None, str | None]:
     """The first approval signal that no "not" / "n't" / "never" stands before, and the
     first one that does ("not what I was after": a negated approval)."""
@@ -493,7 +532,7 @@ def _strong_correction(text: str, answer: str, question: str) -> str | None:
     """A correction signal that wins over politeness, or None. The parts that ask to keep
     the answer as it is ("not too long, not too short", "keep doing that") are read out
     first: they approve, whatever their words."""
-    text = ENDORSEMENT_RE.sub(" ", text)
+    text = _BENIGN_AGAIN_RE.sub(" ", ENDORSEMENT_RE.sub(" ", text))
     found = first_match(text, USER_NEGATIVE_PATTERNS) or contradiction(text)
     if found is None and actually_correction(text):
         found = "actually"
@@ -510,7 +549,8 @@ def corrective_hint(text: str) -> str | None:
     The reply's request sentences when it has any ("That is a lot of text. Keep it to
     about a dozen words, please." -> "Keep it to about a dozen words, please."); otherwise
     the whole reply, fillers stripped, at most three sentences, None when fewer than 10
-    characters remain unless they name a form of the answer ("shorter").
+    characters remain unless they name a form of the answer ("shorter") or complain
+    about it ("too peppy").
     """
     request = request_hint(text)
     if request is not None:
@@ -523,6 +563,6 @@ def corrective_hint(text: str) -> str | None:
         remaining = stripped
     sentences = [s for s in _SENTENCE_END_RE.split(remaining) if s]
     hint = " ".join(sentences[:3]).strip()
-    if len(hint) < _MIN_HINT_CHARS and not names_a_form(hint):
-        return None
+    if len(hint) < _MIN_HINT_CHARS and not (names_a_form(hint) or change_request(hint)):
+        return None  # "try again" says no more than -1 does; "too peppy" says what to change
     return hint[0].upper() + hint[1:]

@@ -365,3 +365,43 @@ def test_a_rating_scores_the_answer(reply: str, score: int) -> None:
     assert verdict.score == score, reply
     if score:
         assert "rates the answer" in verdict.reason
+
+
+# --- round 8 (heuristic-v7): chat spellings, terse forms, sarcasm; each with a neighbour ----
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        # a misspelt signal word is heard as the word; a real word one edit away is not
+        ("thnaks, that's awsome", 1),
+        ("exacly right, perfct", 1),
+        ("gr8 answer", 1),
+        ("he thinks it's about right", 0),
+        ("make it sound more normal", -1),
+        ("could you add somethng about the queues", -1),
+        # a form and nothing more is a request; with an approval it is praise
+        ("two sentences.", -1),
+        ("as a table", -1),
+        ("good length.", 1),
+        ("perfect length, ty", 1),
+        ("ok", 0),
+        ("elaborate pls", -1),
+        ("can you add a bit about the lifts?", -1),
+        # sarcasm about length, "chill with ...", "I needed X, not Y"
+        ("wow, a whole novel. cheers.", -1),
+        ("go easy on the hype", -1),
+        ("cheers, but I wanted opening hours, not the history", -1),
+        ("cheers, but I need to run now", 1),
+        ("what we really need is the nearest metro", -1),
+        # "again" that asks for no redo; a good rating with a remark
+        ("10/10, will use again", 1),
+        ("how tall is it again", 0),
+        ("try again, shorter", -1),
+        ("2/10 too long", -1),
+        ("wonderful, just right", 1),
+        ("not just right, too long", -1),
+    ],
+)
+def test_round_eight_wordings(reply: str, score: int) -> None:
+    got, hint = judge(reply)
+    assert got == score, reply
+    assert (hint is not None) is (score == -1), reply
