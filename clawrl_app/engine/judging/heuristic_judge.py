@@ -289,12 +289,10 @@ _FILLER_RE = re.compile(
     r"not quite|hmm+|ugh|thanks|thank you|ok|okay)\b\s*[,.!:;-]*\s*(?:but\s+)?",
     _I,
 )
-_RATING_RE = re.compile(
-    r"^\W*(\d{1,2}(?:\.\d)?)\s*(?:(?:/\s*(10|5)\b|out of (10|5)\b)(?:\s*stars?)?|stars?)\W*$", _I
-)
-_RATING_FIRST_RE = re.compile(
-    r"^\W*(\d{1,2}(?:\.\d)?)\s*(?:/\s*(10|5)\b|out of (10|5)\b)(?:\s*stars?)?\W+(\w.*)$", _I
-)
+_SCORE = r"^\W*(\d{1,2}(?:\.\d)?)\s*"
+_SCALE = r"(?:/\s*(10|5)\b|out of (10|5)\b)(?:\s*stars?)?"
+_RATING_RE = re.compile(rf"{_SCORE}(?:{_SCALE}|stars?)\W*$", _I)
+_RATING_FIRST_RE = re.compile(rf"{_SCORE}{_SCALE}\W+(\w.*)$", _I)  # with a remark after it
 # "10/10 would ask again", "what's the capital again": "again" that asks for no redo
 _BENIGN_AGAIN_RE = re.compile(
     r"\b(?:would|will|'ll|'d|gonna)\s+(?:\w+\s+)?(?:ask|use|come|do|read|visit|recommend|buy|"

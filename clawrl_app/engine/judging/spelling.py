@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from clawrl_app.engine.judging.reply_values import edit_distance
+
 SIGNAL_WORDS = frozenset(
     [
         "thanks",
@@ -109,21 +111,19 @@ _MIN_LEN = 5  # shorter words are too often a real word one edit from another
 
 
 def one_edit(a: str, b: str) -> bool:
-    """Whether `a` becomes `b` by one letter left out, added or changed, or by two
-    neighbouring letters swapped (a != b)."""
-    if a == b or abs(len(a) - len(b)) > 1:
+    """Whether `a` becomes `b` by one letter left out, added or changed
+    (`reply_values.edit_distance` 1), or by two neighbouring letters swapped (a != b)."""
+    if a == b:
         return False
-    if len(a) == len(b):
-        diff = [i for i in range(len(a)) if a[i] != b[i]]
-        if len(diff) == 1:
-            return True
-        i, j = diff[0], diff[-1]
-        return len(diff) == 2 and j == i + 1 and a[i] == b[j] and a[j] == b[i]
-    short, long_ = (a, b) if len(a) < len(b) else (b, a)
-    i = 0
-    while i < len(short) and short[i] == long_[i]:
-        i += 1
-    return short[i:] == long_[i + 1 :]
+    if edit_distance(a, b, limit=1) == 1:
+        return True
+    diff = [i for i in range(len(a)) if len(a) == len(b) and a[i] != b[i]]
+    return (
+        len(diff) == 2
+        and diff[1] == diff[0] + 1
+        and a[diff[0]] == b[diff[1]]
+        and a[diff[1]] == b[diff[0]]
+    )
 
 
 @lru_cache(maxsize=4096)

@@ -47,6 +47,7 @@ from clawrl_app.engine.publishing.verdict import (
     GuardVerdict,
     VersionScores,
     decide,
+    passes_without,
     to_confirm,
 )
 from clawrl_app.engine.store.guard import DEGENERATION, GENERAL, PERSONAL, UserPrompt
@@ -425,11 +426,6 @@ class RegressionGuard:
             )  # fmt: skip
             return decide(scores, before, self.settings, base_general, base_degeneration)
 
-        def passes_without(**blank: Any) -> bool:
-            """Would the verdict pass with the named rules' inputs blanked?"""
-            return decide(replace(verdict.candidate, **blank), before, self.settings,
-                          base_general, base_degeneration).passed  # fmt: skip
-
         verdict = await verdict_on(form)
         # refused by rules that each rest on one answer, and by those alone?
         user_side, at_length_side = to_confirm(
@@ -453,7 +449,11 @@ class RegressionGuard:
                 verdict = replace(verdict, deferred_until=form.n + items)
                 self._deferred[candidate] = (verdict.deferred_until, after)
                 self._prompts_seen = (-1, 0.0)  # count again, up to the new number
-        if at_length_side and not verdict.deferred and passes_without(**AT_LENGTH):
+        if (
+            at_length_side
+            and not verdict.deferred
+            and passes_without(verdict, AT_LENGTH, self.settings, base_general, base_degeneration)
+        ):
             _, extra = await self.budget_form(candidate, more=True)
             both = at_length.pooled(extra)
             log.info("guard: %s's refusal at your length rests on one answer; %d more open "

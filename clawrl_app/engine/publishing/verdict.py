@@ -319,7 +319,19 @@ def to_confirm(
         and new_loops_rest_on_one(c.budget_new_loops, c.budget_n, settings.max_new_loops)
     )
     blank = {**(USER_SIDE if user else {}), **(AT_LENGTH if length else {})}
-    if not blank:
+    if not blank or not passes_without(verdict, blank, settings, base_general, base_degeneration):
         return False, False
-    others = decide(replace(c, **blank), verdict.served, settings, base_general, base_degeneration)
-    return (user, length) if others.passed else (False, False)
+    return user, length
+
+
+def passes_without(
+    verdict: GuardVerdict,
+    blank: dict[str, Any],
+    settings: GuardSettings,
+    base_general: float | None,
+    base_degeneration: float | None,
+) -> bool:
+    """Whether `verdict`'s candidate would pass with the named rules' inputs blanked
+    (`USER_SIDE`, `AT_LENGTH`): those rules alone refuse it."""
+    scores = replace(verdict.candidate, **blank)
+    return decide(scores, verdict.served, settings, base_general, base_degeneration).passed
