@@ -118,8 +118,11 @@ def names_a_form(text: str) -> bool:
 
 def bare_form(text: str) -> bool:
     """Whether the whole of `text` is a form of the answer and nothing more ("one line.",
-    "as json", "bullets?"): read only where no approval was heard ("good length")."""
+    "as json", "bullets?", "diff only", "just the command, no walkthrough"): read only
+    where no approval was heard ("good length")."""
     core = _core(text)
+    if _ONLY_RE.match(text.strip()):
+        return True
     return bool(core) and bool(_BARE_FORM_RE.match(core)) and names_a_form(core)
 
 
@@ -147,7 +150,7 @@ _MARKER_RE = re.compile(
     r"\b(?:please|pls|plz|max(?:imum)?|tops|only|would be (?:\w+ )?(?:\w+er|better|ideal|"
     r"easier|great|good|helpful|clearer|fine|enough|nice|lovely|handy|preferable|welcome)|would help|is enough|will do|instead|"
     r"next time|from now on|in future|going forward|at most|no more than|or (?:fewer|less)|"
-    r"first|up top|at the top)\b|\?\s*$|^\W*(?:just|only)\b",
+    r"up top|at the top)\b|\bfirst\W*$|\?\s*$|^\W*(?:just|only)\b",
     _I,
 )
 
@@ -157,7 +160,8 @@ _FRAMING_RE = re.compile(
     r"now|then|please|pls|remember|"
     r"plz|just|maybe|actually|again|hey|whoa|wow|ugh|yeah|yes|sure|great|thanks|thank you|"
     r"cool|nice|perfect|good|fine|alright|honestly|seriously|kindly|next time|from now on|"
-    r"in future|going forward|instead|(?:can|could|would|will|won'?t) (?:you|u)|"
+    r"in future|going forward|instead|(?:can|could|would|will|won'?t) (?:you|u|we)|"
+    r"if (?:you|u) (?:could|can|would)|"
     r"would you mind|do you mind|(?:i'?d|i would) (?:like|love|prefer|appreciate it if) "
     r"(?:you|it if you|if you)(?: to)?|i (?:want|need) you to|try (?:to|and)|"
     r"you (?:should|could|need to|might want to|must|can)|(?:can|could|may) (?:i|we) "
@@ -180,7 +184,8 @@ _FORMAT_RE = re.compile(
 )
 # "Could this be a table?": a question about the answer's own form.
 _COULD_IT_BE_RE = re.compile(
-    r"^(?:could|can|would|should|might) (?:it|this|that|the answer|your answer) (?:be|go|come)\b",
+    r"^(?:could|can|would|should|might) (?:it|this|that|the answer|your answer) "
+    r"(?:be|go|come|sound|read|look|feel)\b",
     _I,
 )
 # "Perfect, keep doing that.", "answer like this every time": keep the answer as it is.
@@ -206,7 +211,14 @@ _ALSO_ADD_RE = re.compile(rf"^\W*(?:please\s+)?also\W+(?:please\s+)?(?:{_ADD_VER
 # "can u expand", "elaborate pls": a change verb with no object but the answer
 _BARE_CHANGE_RE = re.compile(
     r"^(?:expand|elaborate|condense|shorten|simplify|summari[sz]e|trim|tighten|abridge)"
-    r"(?: (?:on )?(?:it|this|that|a bit|a little|more|please|pls|plz))*\W*$",
+    r"(?: (?:on )?(?:it|this|that|a bit|a little|more|please|pls|plz))*\W*$|"
+    r"^(?:half|a third of|a quarter of|a tenth of) (?:that|it|this|the length)\W*$",
+    _I,
+)
+# "diff only", "code only", "just the command, no walkthrough": one thing and nothing else
+_ONLY_RE = re.compile(
+    r"^(?:the )?[\w-]+(?: [\w-]+)? only\W*$|^(?:just|only) (?:the|a|an|one) [\w-]+(?: [\w-]+)?"
+    r"(?:\W+(?:no|without) [\w-]+(?: [\w-]+)?)?\W*$",
     _I,
 )
 # "add something about the lights at night": more on the answer's own subject
@@ -326,7 +338,16 @@ _COMPLAINT_RE = re.compile(
     r"\bpaid by the word\b|\b(?:chill|go easy|easy|lay off) (?:with|on) (?:the|all the|your)\b|"
     r"\b(?:i|we) (?:really |only |just |actually )?(?:need(?:ed)?|want(?:ed)?|hoped for|expected|"
     r"was after|were after|asked for)\b[^.!?]*?,\s*not\b|"
-    r"\bwhat (?:i|we) (?:really |actually |only )?(?:need|want|wanted|needed) (?:is|was)\b",
+    r"\bwhat (?:i|we) (?:really |actually |only )?(?:need|want|wanted|needed) (?:is|was)\b|"
+    # "why do you always write essays", "can you not be so condescending?"
+    r"^why (?:do|does|did|must|would) (?:you|u) (?:always|keep|have to|need to|insist)\b|"
+    r"\b(?:can|could) (?:you|u) not be\b|\b(?:don'?t|do not|stop|quit) (?:be(?:ing)?|"
+    r"sound(?:ing)?) so\b|"
+    # "the 'Great question!' opener has to go", "that's python 2 syntax, I'm on 3.12",
+    # "you fixed the symptom, not the bug"
+    r"\b(?:the|that|this|those|these|your) [\w'!?. -]{1,40}? (?:has|have|needs?|got) to go\b|"
+    r"^(?:that'?s|thats|this is|it'?s|its)\b[^.?!]*,\s*(?:but )?i'?m (?:on|using|running)\b|"
+    r"\bnot the (?:real |actual |root )?(?:bug|problem|issue|cause|question|point)\b",
     _I,
 )
 # "Now ..." / "Next, ..." moves on unless it points at this answer or its shape.

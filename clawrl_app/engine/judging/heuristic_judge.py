@@ -71,11 +71,12 @@ from clawrl_app.engine.judging.corrections import (
     repeated_question,
     x_not_y,
 )
+from clawrl_app.engine.judging.new_topic import NewTopic, new_topic, steps_away, unquoted
 from clawrl_app.engine.judging.prompts import JudgeInput
 from clawrl_app.engine.judging.reply_values import bare_name, near_miss, replacement_value
 from clawrl_app.engine.judging.spelling import respell
 
-HEURISTIC_RULES_VERSION = "heuristic-v7"
+HEURISTIC_RULES_VERSION = "heuristic-v8"
 """Bump when any pattern below changes; recorded with every heuristic verdict."""
 
 _I = re.IGNORECASE
@@ -122,12 +123,6 @@ TOOL_NEUTRAL_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 ]
 """Transient or empty results: 0 when no error signal above is present."""
 
-# "thanks. unrelated, but ...": a thank-you on the way to another topic says nothing of the answer.
-_NEW_TOPIC_RE = re.compile(
-    r"\b(?:unrelated|different (?:topic|question|subject)|change of (?:topic|subject)|"
-    r"changing the subject|on another note|random question|another question)\b",
-    _I,
-)
 _BENIGN_ZERO_RE = re.compile(r"\b(?:0|no|zero) (?:errors?|failures?|failed)\b", _I)
 _COMMENT_RE = re.compile(r"(?:^|\s)(?:#|//).*$", _M)
 _SOURCE_LISTING_RE = re.compile(
@@ -137,7 +132,14 @@ _SOURCE_LISTING_RE = re.compile(
 _TRACEBACK_RE = TOOL_ERROR_PATTERNS[0][1]
 
 USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("no", re.compile(r"^\s*(?:no|nope|nah)\b(?!\s+(?:problem|worries|need|rush)\b)", _I)),
+    (
+        "no",
+        re.compile(
+            r"^\s*(?:no|nope|nah)\b(?!\s+(?:problem|worries|need|rush|complaints?|notes|issues|"
+            r"objections|changes|edits|corrections)\b)",
+            _I,
+        ),
+    ),
     ("wrong", re.compile(r"\bwrong\b", _I)),
     ("incorrect", re.compile(r"\bincorrect\b", _I)),
     ("not what I asked", re.compile(r"\bnot what i (?:asked|wanted|meant)\b", _I)),
@@ -151,7 +153,7 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "shorter",
         re.compile(
-            r"(?<!much )(?<!way )(?<!far )\bshorter\b|"
+            r"(?<!much )(?<!way )(?<!far )\bshorter\b(?!\s+[\w-]+\s+(?:for|of|in|on) (?:my|our)\b)|"
             r"\b(?:much|way|far) shorter\b(?!\W+(?:thanks|thank you|thx|ty|cheers)\b)",
             _I,
         ),
@@ -222,12 +224,23 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             _I,
         ),
     ),
-    ("helpful", re.compile(r"\bhelpful\b|\bhelps\b(?!\s+(?:me|us)\b)", _I)),
+    (
+        "helpful",
+        # "that'd be really helpful" closes a request; it approves nothing yet
+        re.compile(
+            r"(?<!\bbe )(?<!\bbe really )(?<!\bbe very )(?<!\bbe super )(?<!\bbe so )"
+            r"\bhelpful\b|\bhelps\b(?!\s+(?:me|us)\b)",
+            _I,
+        ),
+    ),
     (
         "spot on",
         re.compile(
             r"\bspot on\b|\bnailed it\b|\bbang on\b|\bthat'?s the one\b|\bthat'?ll do\b|"
             r"\bthat'?s it\b(?!\s*\?)|\bmakes (?:total |perfect )?sense\b|"
+            r"\bcan'?t argue with (?:that|this)\b|\b(?:couldn'?t|could not) (?:be|have been) "
+            r"better\b|\b(?:ship|merge) it\b|\b(?:really|so|super|crystal) clear\b|"
+            r"\b(?:everyone|we all|they all|finally) (?:actually )?(?:got|understood) it\b|"
             r"\bi (?:understand|get it) now\b|\bunderstood\b",
             _I,
         ),
@@ -245,6 +258,9 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         re.compile(
             r"(?<!'d )(?<!would )\bappreciated?\b|\blife ?saver\b|\byou(?:'re| are) the best\b|"
             r"\byou rock\b|(?<!'d )(?<!would )\bi (?:really )?like (?:it|this|that|these)\b|"
+            r"\bsaved (?:me|my|us|our|the day)\b|\bwent (?:really |so |super )?(?:well|great|"
+            r"smoothly)\b|\bi'?m (?:stealing|borrowing|keeping) (?:that|this|it)\b|"
+            r"\bloved (?:it|this|that|the|these|those|your|how)\b|\bcomplimented\b|"
             r"\b(?:that'?s|this is|just|exactly) (?:the \w+ |what )i (?:wanted|needed|asked for)\b",
             _I,
         ),
@@ -313,6 +329,8 @@ _POINTS_AT_ANSWER_RE = re.compile(
     r"\b(?:much |a lot |way )?(?:more|less|shorter|longer)\W*$",
     _I,
 )
+# "can you suggest a shorter title for my blog post?": the user's own thing, not the answer
+_OWN_THING_RE = re.compile(r"\b(?:for|of|in|on|to) (?:my|our) (?!answer|question)\w+", _I)
 _MOVES_ON_RE = re.compile(
     r"\b(?:next|moving on|now|also|another|as well)\b|\btoo\W*$|\btoo\W*[:;,]", _I
 )
@@ -412,6 +430,28 @@ def error_line(text: str) -> str:
 
 def _classify_user(said: str, answer: str, question: str) -> HeuristicVerdict:
     text = respell(said)  # the rules read chat spellings as words; the hint keeps `said`
+    topic = new_topic(text)
+    if topic is not None:
+        return _before_new_topic(topic, answer, question)
+    return _classify_words(said, unquoted(text), answer, question)
+
+
+def _before_new_topic(topic: NewTopic, answer: str, question: str) -> HeuristicVerdict:
+    """A reply that opens another topic judges the answer only by what comes before its
+    marker: a correction there stands, an approval stands unless it is only politeness
+    ("thanks. unrelated, but ..."), and nothing there says nothing."""
+    if not topic.before:
+        return HeuristicVerdict(0, f"user opens another topic ({topic.marker})")
+    verdict = _classify_user(topic.before, answer, question)
+    heard = {name for name, pattern in USER_POSITIVE_PATTERNS if pattern.search(topic.before)}
+    if verdict.score < 0 or (verdict.score > 0 and heard - {"thanks", "emoji"}):
+        return verdict
+    return HeuristicVerdict(0, f"user moves to another topic ({topic.marker})")
+
+
+def _classify_words(said: str, text: str, answer: str, question: str) -> HeuristicVerdict:
+    """`_classify_user` on a reply that opens no new topic; `text` is `said` respelled and
+    its quotes blanked (`new_topic.unquoted`)."""
     rating = _rating(text)
     if rating is None:
         rating = _rating_first(text, answer, question)
@@ -422,8 +462,6 @@ def _classify_user(said: str, answer: str, question: str) -> HeuristicVerdict:
     if negative is not None:
         return _negative(said, negative)
     positive, negated = _approval(text)
-    if positive == "thanks" and _NEW_TOPIC_RE.search(text):
-        return HeuristicVerdict(0, "user moves to an unrelated topic")
     if positive is not None:
         if reply_model.read(_besides_approval(text), answer) == -1:
             return _negative(said, f"{positive}, and a request (word model)")
@@ -442,6 +480,8 @@ def _classify_user(said: str, answer: str, question: str) -> HeuristicVerdict:
         return _negative(said, f"negated approval: {negated}")
     if continuation(text):
         return HeuristicVerdict(1, "user continues the same task")
+    if steps_away(text):  # "gotta run, back in 20": no value in place of the answer's
+        return HeuristicVerdict(0, "user steps away")
     replaced = replacement_value(text, answer) or bare_name(text, answer) or near_miss(text, answer)
     if replaced is not None:
         return _negative(said, f"replaced {replaced}")
@@ -449,6 +489,10 @@ def _classify_user(said: str, answer: str, question: str) -> HeuristicVerdict:
         return _negative(said, "repeated question")
     if bare_form(text):
         return _negative(said, "a form alone")
+    if _OWN_THING_RE.search(sentences(text)[0] if text.strip() else "") and not (
+        _POINTS_AT_ANSWER_RE.search(sentences(text)[0])
+    ):
+        return HeuristicVerdict(0, "user asks about a thing of their own")
     if reply_model.read(text, answer) == -1:
         return _negative(said, "a request (word model)")
     return HeuristicVerdict(0, "no clear signal in the user reply")
@@ -461,8 +505,10 @@ def _besides_approval(text: str) -> str:
     the answer's form ("paragraphs 😩 👉 bullets 🙏"); "" when there is none (the model
     then stays silent)."""
     after = _CONTRAST_RE.search(text)
-    if after is not None:
-        return after.group(1)
+    if after is not None:  # "I was nervous, but ... it went really well": praise again
+        return (
+            "" if _approval(after.group(1))[0] not in (None, "thanks", "emoji") else after.group(1)
+        )
     heard = {name for name, pattern in USER_POSITIVE_PATTERNS if pattern.search(text)}
     if heard <= {"thanks", "emoji"} and _FORM_WORD_RE.search(text):
         return _without_approval(text)
@@ -561,6 +607,8 @@ def corrective_hint(text: str) -> str | None:
         remaining = stripped
     sentences = [s for s in _SENTENCE_END_RE.split(remaining) if s]
     hint = " ".join(sentences[:3]).strip()
-    if len(hint) < _MIN_HINT_CHARS and not (names_a_form(hint) or change_request(hint)):
+    if len(hint) < _MIN_HINT_CHARS and not (
+        names_a_form(hint) or change_request(hint) or bare_form(hint)
+    ):
         return None  # "try again" says no more than -1 does; "too peppy" says what to change
     return hint[0].upper() + hint[1:]

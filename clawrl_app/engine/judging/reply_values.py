@@ -55,7 +55,9 @@ _NUMBER_RE = re.compile(r"(?<![\w.:/])-?\d[\d,]*(?:\.\d+)?(?![\w:])")
 _WORD_RE = re.compile(r"[a-z][a-z_']*", _I)
 
 _FRAMING_RE = re.compile(
-    r"\b(?:not|actually|it'?s|its|it is|should|checked|tho|though|wasn'?t|isn'?t|make)\b|[?*]", _I
+    r"\b(?:not|actually|it'?s|its|it is|should|checked|tho|though|wasn'?t|isn'?t)\b|"
+    r"\bmake (?:it|that|this|them)\b|[?*]",
+    _I,
 )
 _MAX_SHORT_WORDS = 6
 _NEW_QUESTION_RE = re.compile(
@@ -66,11 +68,17 @@ _NEW_QUESTION_RE = re.compile(
 # A new task that happens to carry a number ("Convert 20 euros to dollars.").
 _NEW_TASK_RE = re.compile(
     r"^\W*(?:plan|convert|translate|write|list|name|suggest|calculate|compute|find|give me|"
+    r"make (?:me )?(?:a|an|some)|"
     r"show me|tell me|explain|describe|summari[sz]e|draft|create|generate|recommend|book|"
     r"schedule|estimate|draw|compose|pick|choose)\b",
     _I,
 )
-_ABOUT_ME_RE = re.compile(r"^\W*(?:i|we|my|our|i'?m|i'?ve|i'?ll|we'?re|we'?ve|we'?ll)\b", _I)
+_ABOUT_ME_RE = re.compile(
+    r"^\W*(?:(?:so|and|well|ok|okay|anyway|also)\W+)?(?:(?:tomorrow|today|tonight|yesterday|"
+    r"this (?:week|weekend|morning|evening)|next (?:week|month))\W+)?"
+    r"(?:i|we|my|our|i'?m|i'?ve|i'?ll|we'?re|we'?ve|we'?ll)\b",
+    _I,
+)
 
 
 def extract_values(text: str) -> dict[str, set[str]]:
@@ -118,7 +126,7 @@ def replacement_value(reply: str, answer: str) -> str | None:
         return None
     if _NEW_QUESTION_RE.search(reply):
         return None
-    if _ABOUT_ME_RE.search(reply) and not _FRAMING_RE.search(reply):
+    if _ABOUT_ME_RE.search(reply) and not _framed_by_words(reply):
         return None
     if _NEW_TASK_RE.search(reply) and not _FRAMING_RE.search(reply):
         return None
@@ -132,6 +140,12 @@ def replacement_value(reply: str, answer: str) -> str | None:
         if new and theirs[kind]:
             return f"{kind} {_join(new)} for {_join(theirs[kind])}"
     return None
+
+
+def _framed_by_words(reply: str) -> bool:
+    """Framed as a correction by a word ("not", "actually", ...), not only by a question
+    mark: "so tomorrow I have an interview ... can you quiz me?" is news and a new ask."""
+    return _FRAMING_RE.search(reply.replace("?", " ").replace("*", " ")) is not None
 
 
 def _join(values: Iterable[str]) -> str:

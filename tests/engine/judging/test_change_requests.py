@@ -164,7 +164,9 @@ def test_phrasings_set_is_well_formed() -> None:
         assert row["label"] in (-1, 0, 1)
         assert row["kind"] in ("length", "format", "tone", "content", "approval", "neutral")
         assert row["split"] in ("train", "heldout")
-        assert row["hint_expected"] is (row["label"] == -1)
+        # a correction expects a hint unless it names nothing to change ("wrong.")
+        assert not row["hint_expected"] or row["label"] == -1
+        assert row["hint_expected"] or row["label"] != -1 or len(row["reply"].split()) == 1
         assert (row["label"] == -1) is (row["kind"] in ("length", "format", "tone", "content"))
     replies = [row["reply"] for row in rows]
     assert len(replies) == len(set(replies))
@@ -194,8 +196,8 @@ def test_no_correction_is_ever_scored_as_approval_and_vice_versa() -> None:
             assert score != 1, row["reply"]
         if row["label"] == 1:
             assert score != -1, row["reply"]
-        if score == -1 and row["label"] == -1:
-            assert hint, row["reply"]
+        if score == -1 and row["label"] == -1 and row["hint_expected"]:
+            assert hint, row["reply"]  # ("wrong." names nothing to change: no hint expected)
 
 
 def test_a_corrections_hint_contains_the_request_words() -> None:
@@ -203,7 +205,7 @@ def test_a_corrections_hint_contains_the_request_words() -> None:
         if row["label"] != -1:
             continue
         score, hint = judge(row["reply"])
-        if score != -1:
+        if score != -1 or not row["hint_expected"]:
             continue
         assert hint is not None
         words = {w.strip(".,!?':;").lower() for w in hint.split()}
@@ -402,6 +404,61 @@ def test_a_rating_scores_the_answer(reply: str, score: int) -> None:
     ],
 )
 def test_round_eight_wordings(reply: str, score: int) -> None:
+    got, hint = judge(reply)
+    assert got == score, reply
+    assert (hint is not None) is (score == -1), reply
+
+
+# --- round 9 (heuristic-v8): new topics, quotes, hedges, dev replies; each with a neighbour ---
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        # a new topic judges the answer only by what comes before its marker
+        ("short question: is it safe to eat raw cookie dough?", 0),
+        ("different task: turn these into bullets - milk, eggs, bread", 0),
+        ("great, exactly what I needed. unrelated, but how do I boil an egg?", 1),
+        ("thanks. unrelated, but how do I boil an egg?", 0),
+        ("too long. different question: what's the tallest mountain?", -1),
+        ("You answered a different question.", -1),
+        # quoted words are the user's material; the words around them still count
+        ("how do you say 'I was wrong, sorry' in French?", 0),
+        ("delete everything after 'In summary', I don't need the recap", -1),
+        # stepping away; a request beside it still counts
+        ("gotta run, lunch. back in 20", 0),
+        ("brb getting coffee, when im back pls have a shorter version ready", -1),
+        # a new task with a number, news about the user, the user's own thing
+        ("make a list of 5 names for a golden retriever puppy", 0),
+        ("make it 5 names", -1),
+        ("so tomorrow I have an interview and I keep blanking on joins. can you quiz me?", 0),
+        ("can you suggest a shorter title for my blog post?", 0),
+        ("can you make it shorter for my kids?", -1),
+        # dev replies: one thing only, the fix that missed
+        ("diff only", -1),
+        ("just the command, no walkthrough", -1),
+        ("half that", -1),
+        ("ship it", 1),
+        ("you fixed the symptom, not the bug", -1),
+        ("that fixed it", 1),
+        ("that's python 2 syntax, I'm on 3.12", -1),
+        # hedged and frustrated requests; a polite closer approves nothing
+        ("if you could keep replies to around 40 words that'd be really helpful", -1),
+        ("really helpful, thanks", 1),
+        ("could we make it slightly less salesy?", -1),
+        ("can it sound more like a person talking?", -1),
+        ("can you not be so condescending?", -1),
+        ("why do you always write essays", -1),
+        ("good info, though the 'Great question!' opener has to go", -1),
+        ("I have to go now, thanks", 1),
+        # approvals that read like something else
+        ("no complaints, that's exactly it", 1),
+        ("no, that's not it", -1),
+        ("can't argue with that", 1),
+        ("that bit about checking the return code first saved me, great answer", 1),
+        ("I was nervous, but I used your outline and it went really well", 1),
+        ("loved the 'rule of thumb' line at the end, I'm stealing that", 1),
+    ],
+)
+def test_round_nine_wordings(reply: str, score: int) -> None:
     got, hint = judge(reply)
     assert got == score, reply
     assert (hint is not None) is (score == -1), reply

@@ -248,9 +248,8 @@ def test_negative_wins_over_politeness(text: str) -> None:
     ],
 )
 def test_user_neutral(text: str) -> None:
-    assert classify_next_state("user", text) == HeuristicVerdict(
-        0, "no clear signal in the user reply", None
-    )
+    reason = "user steps away" if text == "brb" else "no clear signal in the user reply"
+    assert classify_next_state("user", text) == HeuristicVerdict(0, reason, None)
 
 
 def test_word_boundaries() -> None:

@@ -1,0 +1,75 @@
+"""What in a user's reply is not about the answer: a new topic it opens, words it quotes.
+
+A reply that opens another topic ("short question: is it safe to eat raw cookie dough?",
+"different task: turn these into bullets - milk, eggs", "... so random question: why do
+cats purr?") says nothing of the answer after its marker, however its words read ("short",
+"bullets", a number): only what comes before the marker can judge the answer. Words in
+quotes ("how do you say 'I was wrong, sorry' in French?") are the user's material, not
+the user's verdict. Round 9 of the judge's phrasings (2026-12-02) read 10 of 20 such
+neutral replies as corrections.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_I = re.IGNORECASE
+
+_TOPIC = (
+    r"(?:different|separate|side|random|quick|short|new|unrelated|other|another|"
+    r"totally different|completely different) (?:question|task|topic|subject|request)\b"
+)
+_MARKER_RE = re.compile(
+    # at the start of the reply or of a clause: "Unrelated, but ...", "thanks. different
+    # question: ...", "so random question: ..." ("You answered a different question." is
+    # no marker: it complains)
+    rf"(?:^|[.!?;,]\s*|\b(?:so|and|ok|okay|also|oh|but|now|alright|anyway|hey)\s+)"
+    rf"(?:(?:a|one|totally|completely)\s+)?(?P<m>unrelated\b|off[- ]topic\b|{_TOPIC}|"
+    r"on (?:another|a different|an unrelated) note\b|change of (?:topic|subject)\b|"
+    r"chang(?:e|ing) the (?:topic|subject)\b)|"
+    # anywhere, when a colon or a comma follows: "another thing while I remember: ..."
+    rf"\b(?P<c>while i remember|before i forget|{_TOPIC})\s*[:,\-\u2013\u2014]",
+    _I,
+)
+# a quoted span: opening quote not inside a word ("don't" is no quote), at most 80 chars
+_QUOTED_RE = re.compile(r"(?<!\w)(['\"\u2018\u201c])([^'\"\u2018\u2019\u201c\u201d]{1,80})"
+                        r"(['\"\u2019\u201d])(?!\w)")  # fmt: skip
+# the user steps away: "gotta run, lunch. back in 20", "brb", "afk 10 min"
+_AWAY_RE = re.compile(
+    r"^\W*(?:(?:ok|okay|k|alright|right)\W+)?(?:brb|afk|be right back|got(?:ta| to) "
+    r"(?:run|go|dash)|back in \d+)\b",
+    _I,
+)
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    """A reply that opens another topic: the words before its marker, and the marker."""
+
+    before: str
+    marker: str
+
+
+def new_topic(text: str) -> NewTopic | None:
+    """The new topic `text` opens, or None. Only a marker that names another topic
+    counts ("unrelated", "different question", "while I remember"); "also", "next" and
+    "another thing" can still be about the answer."""
+    plain = unquoted(text)
+    match = _MARKER_RE.search(plain)
+    if match is None:
+        return None
+    start = match.start("m") if match.group("m") else match.start("c")
+    return NewTopic(plain[:start].strip(" ,;:-\u2014"), match.group("m") or match.group("c"))
+
+
+def unquoted(text: str) -> str:
+    """`text` with each quoted span's words replaced by "that" (in its quotes), so that
+    patterns do not read the user's material as the user's verdict and the sentence still
+    reads ("delete everything after 'that'")."""
+    return _QUOTED_RE.sub(lambda m: f"{m.group(1)}that{m.group(3)}", text)
+
+
+def steps_away(text: str) -> bool:
+    """Whether the reply only says the user steps away ("brb", "gotta run, back in 20")."""
+    return _AWAY_RE.search(text) is not None
