@@ -254,6 +254,11 @@ class TrainSettings(_Section):
     baseline: Literal["ema", "batch_mean", "none"] = "batch_mean"
     """Reward baseline for binary RL: batch_mean (a batch of equal rewards does not push),
     ema (a moving mean of past rewards) or none (upstream's A = r)."""
+    credit_accepted: bool = False
+    """batch_mean: a batch in which every answer was accepted (+1), after answers that fared
+    worse, trains at A = r - max(0, the moving mean of earlier rewards) instead of being
+    skipped for want of contrast; a batch of rejections only still does not push. Off: not
+    yet measured end to end (docs/learning.md)."""
     opd_baseline: Literal["batch_mean", "none"] = "none"
     """Baseline of the teacher term (OPD, combine): batch_mean subtracts the batch's mean
     teacher gap (none = upstream)."""

@@ -31,6 +31,8 @@ class TrainerConfig:
     token_budget: int = 4096
     max_staleness: int = 8
     baseline: str = "batch_mean"
+    credit_accepted: bool = False
+    """A batch of acceptances only, after worse answers, is credited (advantages.accepted_baseline)."""
     w_rl: float = 1.0
     w_opd: float = 1.0
     """Weights of the reward and teacher terms (combine, combine-topk; LossConfig)."""

@@ -257,6 +257,7 @@ def trainer_config(
         token_budget=plan.token_budget or t.token_budget,
         max_staleness=t.max_staleness,
         baseline=t.baseline,
+        credit_accepted=t.credit_accepted,
         opd_center=t.opd_baseline == "batch_mean",
         w_rl=t.w_rl,
         w_opd=t.w_opd,

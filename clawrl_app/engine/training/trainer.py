@@ -120,6 +120,8 @@ class Trainer:
         torch.manual_seed(cfg.seed + self.ranks.rank)
         self.step = 0
         self.baseline: float | None = None
+        self.earlier: float | None = None
+        """The moving mean of the rewards before this step's batch (`train.credit_accepted`)."""
         found, error = broadcast(self._resume_choice() if main else (None, None), self.ranks)
         if error:
             raise SystemExit(error)
@@ -317,6 +319,7 @@ class Trainer:
         metrics (losses and statistics of the last update)."""
         t0 = time.monotonic()
         self.pause_budget.reset()
+        self.earlier = self.baseline if self.cfg.credit_accepted else None
         self.baseline = (
             ema_baseline_update(self.baseline, [it.reward for it in plain])
             if (plain := [it for it in items if it.has_reward and not it.centred])
@@ -352,6 +355,7 @@ class Trainer:
             [it.centred for it in items],
             [teaches(it, m, self.stop_ids) for it in items],
             self.baseline,
+            self.earlier,
         )
 
     def _update(self, items: list[TrainItem]) -> tuple[list[Any], torch.Tensor]:
@@ -370,6 +374,7 @@ class Trainer:
             [it.reward for it in plain],
             [it.has_reward for it in plain],
             self.baseline,
+            self.earlier,
         )  # over the global batch, before it is split
         world = self.ranks.world
         mbs = micro_batches(rank_share(items, self.ranks.rank, world), self.cfg.token_budget)

@@ -16,6 +16,9 @@ from torch import Tensor
 
 from clawrl_app.config import TrainSettings
 from clawrl_app.engine.training.advantages import (
+    accepted_baseline,
+    advantages_from,
+    batch_baseline,
     carries_contrast,
     ema_baseline_update,
     rl_advantages,
@@ -274,6 +277,28 @@ def test_carries_contrast(
     assert not carries_contrast("batch_mean", [1.0, -1.0], [True, False], [False] * 2, [False] * 2)
     with pytest.raises(ValueError, match="differ in length"):
         carries_contrast(kind, rewards, has, centred, [False], ema)
+
+
+def test_a_batch_of_acceptances_is_credited_against_the_rewards_before_it() -> None:
+    """All +1 after mostly -1: A = +1 (baseline max(0, earlier) = 0); after a mix: A = 1 - 0.5;
+    after as good: no contrast; a batch of -1 after +1s still has none (one-sided)."""
+    ones, has, flat = [1.0] * 4, [True] * 4, [False] * 4
+    assert accepted_baseline(1.0, -0.8) == 0.0 and accepted_baseline(1.0, 0.5) == 0.5
+    assert accepted_baseline(0.5, 0.9) == 0.5  # never above the batch's own mean
+    assert batch_baseline("batch_mean", ones, has, None, earlier=-0.8) == 0.0
+    assert batch_baseline("batch_mean", ones, has, None, earlier=0.5) == 0.5
+    assert batch_baseline("batch_mean", ones, has, None, earlier=None) == 1.0  # no history
+    assert carries_contrast("batch_mean", ones, has, flat, flat, None, earlier=-0.8)
+    assert carries_contrast("batch_mean", ones, has, flat, flat, None, earlier=0.5)
+    assert not carries_contrast("batch_mean", ones, has, flat, flat, None, earlier=1.0)
+    assert not carries_contrast("batch_mean", ones, has, flat, flat, None, earlier=None)
+    assert not carries_contrast("batch_mean", [-1.0] * 4, has, flat, flat, None, earlier=0.9)
+    # a mixed batch keeps its own mean; `ema` and `none` are unchanged
+    assert batch_baseline("batch_mean", [1.0, -1.0], [True] * 2, None, earlier=-1.0) == 0.0
+    assert batch_baseline("ema", ones, has, 0.2, earlier=-1.0) == 0.2
+    assert batch_baseline("none", ones, has, None, earlier=-1.0) == 0.0
+    adv = advantages_from(t(ones), b(has), batch_baseline("batch_mean", ones, has, None, 0.25))
+    assert torch.allclose(adv, t([0.75] * 4))
 
 
 def test_opd_token_advantages_clip_and_zero_where_absent() -> None:

@@ -139,6 +139,36 @@ def test_a_batch_without_contrast_does_not_push_under_the_default_baseline(
     assert tr.train_step(negative)["optim/grad_norm"] > 0.05
 
 
+def test_answers_the_user_just_started_to_accept_train_though_their_batch_is_all_plus_one(
+    tmp_path: Path, embedded_model: ResolvedModel
+) -> None:
+    """After rejections (moving mean -1), a batch of four accepted short answers is credited
+    at A = +1 (`advantages.accepted_baseline`): a step is taken and the accepted answers
+    become likelier. With `credit_accepted` off it is skipped for want of contrast (what
+    befell brevity/rated's four +1 in a row, 2026-12-02); after acceptances as good (moving
+    mean +1) it is skipped too."""
+    tr = make_trainer(tmp_path, embedded_model)
+    tok = tr.tokenizer
+    long = list(tok(LONG, add_special_tokens=False)["input_ids"])[:32]
+    short = list(tok("Plants make food from light.", add_special_tokens=False)["input_ids"])
+    rejected = [item(tr, q, long, -1.0, 1.0, CORRECTION) for q in QUESTIONS[:4]]
+    accepted = [item(tr, q, short, 1.0, 1.0, None) for q in QUESTIONS[4:8]]
+    assert "optim/skipped" not in tr.train_step(rejected)  # the hints teach; mean -1 now
+    assert tr.baseline == -1.0
+    tr.cfg = replace(tr.cfg, credit_accepted=False)
+    assert tr.train_step(accepted)["optim/skipped"] == 1.0 and tr.step == 1
+    tr.cfg, tr.baseline = replace(tr.cfg, credit_accepted=True), -1.0
+    before = weights(tr)
+    lp_before = sum(sum(scored(tr, it.prompt_ids, it.response_ids, 1.0)) for it in accepted)
+    metrics = tr.train_step(accepted)
+    assert "optim/skipped" not in metrics and tr.step == 2 and moved(tr, before) > 0
+    assert metrics["adv/mean"] == pytest.approx(1.0)  # r - max(0, -1)
+    lp_after = sum(sum(scored(tr, it.prompt_ids, it.response_ids, 1.0)) for it in accepted)
+    assert lp_after > lp_before
+    tr.baseline = 1.0  # earlier answers fared as well: nothing to credit
+    assert tr.train_step(accepted)["optim/skipped"] == 1.0 and tr.step == 2
+
+
 def test_only_the_terms_of_the_method_count_as_contrast(
     tmp_path: Path, embedded_model: ResolvedModel
 ) -> None:
