@@ -113,11 +113,17 @@ def smoke_settings(settings: Settings, model_path: Path) -> Settings:
     """The user's settings with what the smoke test needs: the already-resolved model folder,
     a free loopback port without an API key, training on with batch 1 and no review grace,
     and no regression guard (it would answer the general set before the one step publishes:
-    the guard has its own tests; the smoke test checks the pipeline end to end)."""
+    the guard has its own tests; the smoke test checks the pipeline end to end). The anchor
+    stays on but with 2 answers of 32 tokens a step (the user's are up to 8 of 128): the
+    stage checks that a step with the anchor is taken, not the anchor's size, which made
+    most of its minute."""
     data = settings.model_dump()
     data["model"]["path"] = str(model_path)
     data["server"].update(host="127.0.0.1", port=0, require_api_key=False)
     data["train"].update(enabled=True, batch_size=1)
+    if data["train"]["anchor_coef"] > 0:
+        data["train"].update(anchor_items=min(2, data["train"]["anchor_items"]),
+                             anchor_tokens=min(32, data["train"]["anchor_tokens"]))  # fmt: skip
     data["review"].update(grace_s=0.0)
     data["guard"].update(enabled=False)
     return Settings.model_validate(data)
