@@ -464,3 +464,40 @@ def request_hint(text: str) -> str | None:
         return None
     hint = " ".join(found)
     return hint[0].upper() + hint[1:]
+
+
+# Leading filler stripped from a corrective reply before it becomes a hint.
+_FILLER_RE = re.compile(
+    r"^\s*(?:no|nope|nah|wrong|that'?s wrong|that is wrong|incorrect|that'?s incorrect|"
+    r"not quite|hmm+|ugh|thanks|thank you|ok|okay)\b\s*[,.!:;-]*\s*(?:but\s+)?",
+    _I,
+)
+_SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
+_MIN_HINT_CHARS = 10
+
+
+def corrective_hint(text: str) -> str | None:
+    """The user's corrective words as a hint.
+
+    The reply's request sentences when it has any ("That is a lot of text. Keep it to
+    about a dozen words, please." -> "Keep it to about a dozen words, please."); otherwise
+    the whole reply, fillers stripped, at most three sentences, None when fewer than 10
+    characters remain unless they name a form of the answer ("shorter") or complain
+    about it ("too peppy").
+    """
+    request = request_hint(text)
+    if request is not None:
+        return request
+    remaining = " ".join(text.split())
+    while True:
+        stripped = _FILLER_RE.sub("", remaining, count=1)
+        if stripped == remaining:
+            break
+        remaining = stripped
+    sentences = [s for s in _SENTENCE_END_RE.split(remaining) if s]
+    hint = " ".join(sentences[:3]).strip()
+    if len(hint) < _MIN_HINT_CHARS and not (
+        names_a_form(hint) or change_request(hint) or bare_form(hint)
+    ):
+        return None  # "try again" says no more than -1 does; "too peppy" says what to change
+    return hint[0].upper() + hint[1:]

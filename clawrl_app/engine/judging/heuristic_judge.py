@@ -60,8 +60,7 @@ from clawrl_app.engine.judging.change_requests import (
     bare_form,
     change_request,
     clauses,
-    names_a_form,
-    request_hint,
+    corrective_hint,
     sentences,
 )
 from clawrl_app.engine.judging.corrections import (
@@ -299,12 +298,6 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 ]
 """Acceptance / thanks / moving-on signals in a user reply."""
 
-# Leading filler stripped from a corrective reply before it becomes a hint.
-_FILLER_RE = re.compile(
-    r"^\s*(?:no|nope|nah|wrong|that'?s wrong|that is wrong|incorrect|that'?s incorrect|"
-    r"not quite|hmm+|ugh|thanks|thank you|ok|okay)\b\s*[,.!:;-]*\s*(?:but\s+)?",
-    _I,
-)
 _SCORE = r"^\W*(\d{1,2}(?:\.\d)?)\s*"
 _SCALE = r"(?:/\s*(10|5)\b|out of (10|5)\b)(?:\s*stars?)?"
 _RATING_RE = re.compile(rf"{_SCORE}(?:{_SCALE}|stars?)\W*$", _I)
@@ -338,8 +331,6 @@ _FORM_WORD_RE = re.compile(
     r"\b(?:version|length|shorter|longer|half|bullets?|table|format|tone|words|sentences?)\b", _I
 )
 _NEGATION_BEFORE_RE = re.compile(r"(?:\bnot|n't|\bnever|\bhardly)\s+(?:\w+\s+)?$", _I)
-_SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
-_MIN_HINT_CHARS = 10
 _MAX_ERROR_LINE_CHARS = 200
 
 
@@ -489,9 +480,8 @@ def _classify_words(said: str, text: str, answer: str, question: str) -> Heurist
         return _negative(said, "repeated question")
     if bare_form(text):
         return _negative(said, "a form alone")
-    if _OWN_THING_RE.search(sentences(text)[0] if text.strip() else "") and not (
-        _POINTS_AT_ANSWER_RE.search(sentences(text)[0])
-    ):
+    first = sentences(text)[0] if text.strip() else ""
+    if _OWN_THING_RE.search(first) and not _POINTS_AT_ANSWER_RE.search(first):
         return HeuristicVerdict(0, "user asks about a thing of their own")
     if reply_model.read(text, answer) == -1:
         return _negative(said, "a request (word model)")
@@ -585,30 +575,3 @@ def _strong_correction(text: str, answer: str, question: str) -> str | None:
 
 def _negative(text: str, signal: str) -> HeuristicVerdict:
     return HeuristicVerdict(-1, f"user correction signal: {signal}", corrective_hint(text))
-
-
-def corrective_hint(text: str) -> str | None:
-    """The user's corrective words as a hint.
-
-    The reply's request sentences when it has any ("That is a lot of text. Keep it to
-    about a dozen words, please." -> "Keep it to about a dozen words, please."); otherwise
-    the whole reply, fillers stripped, at most three sentences, None when fewer than 10
-    characters remain unless they name a form of the answer ("shorter") or complain
-    about it ("too peppy").
-    """
-    request = request_hint(text)
-    if request is not None:
-        return request
-    remaining = " ".join(text.split())
-    while True:
-        stripped = _FILLER_RE.sub("", remaining, count=1)
-        if stripped == remaining:
-            break
-        remaining = stripped
-    sentences = [s for s in _SENTENCE_END_RE.split(remaining) if s]
-    hint = " ".join(sentences[:3]).strip()
-    if len(hint) < _MIN_HINT_CHARS and not (
-        names_a_form(hint) or change_request(hint) or bare_form(hint)
-    ):
-        return None  # "try again" says no more than -1 does; "too peppy" says what to change
-    return hint[0].upper() + hint[1:]
