@@ -259,6 +259,13 @@ class TrainSettings(_Section):
     worse, trains at A = r - max(0, the moving mean of earlier rewards) instead of being
     skipped for want of contrast; a batch of rejections only still does not push. Off: not
     yet measured end to end (docs/learning.md)."""
+    replay_demos: int = Field(default=0, ge=0, le=16)
+    """Each step also trains up to this many of the teacher's answers of earlier steps
+    again (the newest first; `judge.teacher_answers`), beside its new samples: the teacher
+    keeps an answer for about one rejected turn in four, and each was trained once. 0 = off
+    (docs/learning.md)."""
+    replay_uses: int = Field(default=2, ge=1, le=8)
+    """How many more times each such answer may train (`replay_demos`)."""
     opd_baseline: Literal["batch_mean", "none"] = "none"
     """Baseline of the teacher term (OPD, combine): batch_mean subtracts the batch's mean
     teacher gap (none = upstream)."""

@@ -32,6 +32,10 @@ class TrainerConfig:
     max_staleness: int = 8
     baseline: str = "batch_mean"
     credit_accepted: bool = False
+    replay_demos: int = 0
+    replay_uses: int = 2
+    """Each step also trains up to replay_demos teacher answers of earlier steps again,
+    each at most replay_uses more times (replay.py)."""
     """A batch of acceptances only, after worse answers, is credited (advantages.accepted_baseline)."""
     w_rl: float = 1.0
     w_opd: float = 1.0

@@ -53,6 +53,7 @@ def step_metrics(
         "samples/both": float(
             sum(it.has_reward and it.teacher_logprobs is not None for it in items)
         ),
+        "samples/replayed": float(sum(it.replayed for it in items)),
         "tokens": float(sum(len(it.response_ids) for it in items)),
         "optim/grad_norm": grad_norm,
         "optim/lr": lr,

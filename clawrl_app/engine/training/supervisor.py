@@ -258,6 +258,8 @@ def trainer_config(
         max_staleness=t.max_staleness,
         baseline=t.baseline,
         credit_accepted=t.credit_accepted,
+        replay_demos=t.replay_demos,
+        replay_uses=t.replay_uses,
         opd_center=t.opd_baseline == "batch_mean",
         w_rl=t.w_rl,
         w_opd=t.w_opd,

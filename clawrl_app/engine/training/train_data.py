@@ -53,6 +53,9 @@ class TrainItem:
     span: tuple[int, int] | None = None
     """Response positions [a, b) the loss trains on (the others are context only); None:
     all of them. A stop pair trains its one decision (`stop_pair`)."""
+    replayed: bool = False
+    """A demonstration of an earlier step trained again (`replay.py`): its sample is not
+    the batch's own and is not marked trained again."""
 
     @property
     def tokens(self) -> int:

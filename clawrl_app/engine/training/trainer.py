@@ -56,6 +56,7 @@ from clawrl_app.engine.training.ranks import (
     rank_share,
     sum_over_ranks,
 )
+from clawrl_app.engine.training.replay import DemoReplay
 from clawrl_app.engine.training.sharding import (
     clip_grad_norm,
     full_state_dict,
@@ -170,6 +171,7 @@ class Trainer:
         self.anchor = Anchor.of(cfg) if adapter else None
         self.anchor_kl: float | None = None
         self.pause_budget = PauseBudget(cfg.yield_max_s)
+        self.replay = DemoReplay(cfg.replay_demos, cfg.replay_uses)  # rank 0 uses it
         self._owner_checked = 0.0
         self.serving: BusyFlag | None = None
         # Pausing for a CPU endpoint is a single-process matter: a rank that paused alone
@@ -301,16 +303,14 @@ class Trainer:
 
     def still_allowed(self, items: list[TrainItem]) -> list[TrainItem]:
         """Re-check review states right before the optimizer sees the batch."""
-        ok = []
-        store = self._main_store()
-        for it in items:
-            sess = store.get_session(it.session_id)
-            if sess is None or sess.review_state == "excluded":
-                continue
-            if self.cfg.approved_only and sess.review_state != "approved":
-                continue
-            ok.append(it)
-        return ok
+        return [it for it in items if self.session_allowed(it)]
+
+    def session_allowed(self, item: TrainItem) -> bool:
+        """Whether `item`'s session may train now (not excluded; approved where required)."""
+        sess = self._main_store().get_session(item.session_id)
+        if sess is None or sess.review_state == "excluded":
+            return False
+        return not self.cfg.approved_only or sess.review_state == "approved"
 
     # -- one step ----------------------------------------------------------------------
     def train_step(self, items: list[TrainItem]) -> dict[str, float]:
@@ -451,7 +451,7 @@ class Trainer:
     ) -> str:
         store = self._main_store()
         version = next_version([c.version for c in store.list_checkpoints()])
-        sessions = sorted({it.session_id for it in items})
+        sessions = sorted({it.session_id for it in items})  # replayed answers' too
         manifest = Manifest(
             version,
             self.step,
@@ -460,7 +460,7 @@ class Trainer:
             self.cfg.method,
             metrics,
             sessions,
-            list(dict.fromkeys(it.sample_id for it in items)),
+            list(dict.fromkeys(it.sample_id for it in items if not it.replayed)),
             canary,
         )
         state = {
@@ -534,8 +534,10 @@ class Trainer:
         if not self.allowed():
             return "wait", []
         items = self.still_allowed(self.next_batch())
-        full = len({it.sample_id for it in items}) >= self.cfg.batch_size
-        return ("train", items) if full else ("wait", [])
+        own = {it.sample_id for it in items}
+        if len(own) < self.cfg.batch_size:
+            return "wait", []
+        return "train", items + self.replay.pick(self.session_allowed, own)
 
     def skip_without_contrast(self, items: list[TrainItem]) -> None:
         """Rank 0 marks a batch that carried no contrast skipped, with the reason; no step
@@ -543,7 +545,7 @@ class Trainer:
         if not self.ranks.main:
             return
         store = self._main_store()
-        for it in items:
+        for it in (it for it in items if not it.replayed):
             reason = f"no contrast: every reward in its batch was {it.reward:+g} and no hint"
             store.set_sample_state(it.sample_id, "skipped", reason)
         log.info("batch of %d samples skipped: equal rewards, no hint", len(items))
@@ -575,6 +577,7 @@ class Trainer:
                 raise EngineGone
             version = self.save(items, metrics)
             if self.ranks.main:
+                self.replay.after_step(items)
                 event = {"event": "checkpoint", "version": version, "step": self.step, **metrics}
                 print(json.dumps(event), flush=True)
 
