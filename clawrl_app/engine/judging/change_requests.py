@@ -203,7 +203,9 @@ ENDORSEMENT_RE = re.compile(
     r"^\W*no (?:complaints|notes|changes|edits|objections|corrections|issues)\b"
     r"(?! (?:about|on|with|to)\b)(?:\W+(?:at all|whatsoever|needed|from me|here|perfect|great|"
     r"thanks|thank you|love it|nice|cheers))*\W*$|"
-    r"\b(?:wouldn'?t|would not|don'?t|do not|couldn'?t|could not) change a (?:thing|word)\b",
+    r"\b(?:wouldn'?t|would not|don'?t|do not|couldn'?t|could not) change a (?:thing|word)\b|"
+    r"^\W*nothing (?:wrong|to (?:change|fix))(?: with (?:it|this|that))?(?=\W*(?:$|[,.!;]))|"
+    r"\bdon'?t (?:make it|go) any (?:longer|shorter)\b|\bdon'?t change (?:it|anything|a thing)\b",
     _I,
 )
 _ADD_TOO_RE = re.compile(rf"^(?:{_ADD_VERBS})\b.*\b(?:too|as well|also)\W*$", _I)
@@ -212,7 +214,9 @@ _ALSO_ADD_RE = re.compile(rf"^\W*(?:please\s+)?also\W+(?:please\s+)?(?:{_ADD_VER
 _BARE_CHANGE_RE = re.compile(
     r"^(?:expand|elaborate|condense|shorten|simplify|summari[sz]e|trim|tighten|abridge)"
     r"(?: (?:on )?(?:it|this|that|a bit|a little|more|please|pls|plz))*\W*$|"
-    r"^(?:half|a third of|a quarter of|a tenth of) (?:that|it|this|the length)\W*$",
+    r"^(?:half|a third of|a quarter of|a tenth of) (?:that|it|this|the length)\W*$|"
+    r"^(?:remove|delete|drop|lose|ditch)(?: (?:it|them|those|these|that|please|pls))*\W*$|"
+    r"\btake (?:it|them|those|these|that) out\W*$",
     _I,
 )
 # "diff only", "code only", "just the command, no walkthrough": one thing and nothing else
@@ -278,7 +282,10 @@ _NEW_QUESTION_RE = re.compile(r"\s*(?:why|how|what|whether|when|where|who)\b", _
 _INDEFINITE_RE = re.compile(r"\s*(?:a|an|my|our|some|\d+)\b", _I)
 _NOT_A_REQUEST_RE = re.compile(
     r"^keep (?:it|them|that|things|this) (?:up|coming|going|like (?:this|that)|"
-    r"(?:this|that) way|(?:this|that|so) \w+)\b",
+    r"(?:this|that) way|(?:this|that|so) \w+)\b|"
+    # "keep this for later", "save it for Friday": the user keeps the answer
+    r"^(?:keep|save|store|remember) (?:it|them|that|this)(?: \w+)? for (?:later|tomorrow|next|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|the \w+)\b",
     _I,
 )
 _OPENING_RE = re.compile(

@@ -70,12 +70,19 @@ from clawrl_app.engine.judging.corrections import (
     repeated_question,
     x_not_y,
 )
-from clawrl_app.engine.judging.new_topic import NewTopic, new_topic, steps_away, unquoted
+from clawrl_app.engine.judging.new_topic import (
+    NewTopic,
+    answer_back,
+    new_piece,
+    new_topic,
+    steps_away,
+    unquoted,
+)
 from clawrl_app.engine.judging.prompts import JudgeInput
 from clawrl_app.engine.judging.reply_values import bare_name, near_miss, replacement_value
 from clawrl_app.engine.judging.spelling import respell
 
-HEURISTIC_RULES_VERSION = "heuristic-v8"
+HEURISTIC_RULES_VERSION = "heuristic-v9"
 """Bump when any pattern below changes; recorded with every heuristic verdict."""
 
 _I = re.IGNORECASE
@@ -169,6 +176,36 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ),
     ("broken", re.compile(r"\b(?:still )?broken\b|\bstill (?:fails|failing)\b", _I)),
     (
+        "fails",
+        re.compile(
+            r"\b(?:the )?(?:tests?|build|script|code|query|command|job) (?:still )?fail(?:s|ed)?\b",
+            _I,
+        ),
+    ),
+    (
+        "not how",
+        re.compile(
+            r"\b(?:is|are|'s) not how (?:we|you|i|people|one)\b|"
+            r"\b(?:isn'?t|aren'?t) how (?:we|you|i|people|one)\b",
+            _I,
+        ),
+    ),
+    (
+        "answered another",
+        re.compile(r"\byou answered\b[^.!?]*\bbut\b[^.!?]*\b(?:asked|wanted|meant|needed)\b", _I),
+    ),
+    (
+        "don't need",
+        re.compile(
+            r"\bdon'?t need (?:the|all (?:the|that|this)|any|so much|an?) [\w' -]{1,40}?\W+(?:just|only)\b",
+            _I,
+        ),
+    ),
+    (
+        "not right",
+        re.compile(r"\b(?:not|doesn'?t|does not) (?:sound|look|seem)s? (?:right|correct)\b", _I),
+    ),
+    (
         "reports an error",
         re.compile(
             r"\b(?:i get|i got|getting|it throws|throws|threw|gives me) (?:an? |the )?"
@@ -218,7 +255,10 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         "uses it",
         re.compile(
             r"\bi'?ll use (?:it|this|that)\b|\busing (?:it|this|that)\b|^\W*sent\b|"
-            r"\bsending it\b|\bdoing it now\b|\bas you said\b|"
+            r"\bsending it\b|\bdoing it now\b|\bas you said\b|\bas is\W*$|"
+            r"\bthat'?s what i'?ll (?:send|use|post|say|print|submit|go with)\b|"
+            r"\b(?:printing|posting|submitting|forwarding) (?:it|this|that)(?: (?:now|off|out|over))*\W*$|"
+            r"\bit compiles\b|\bcompiles now\b|"
             r"\b(?!what\b|where\b|how\b|who\b|why\b|which\b|when\b)\w+ it is\W*$",
             _I,
         ),
@@ -248,7 +288,7 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         "yes, right",
         re.compile(
             r"^\W*(?:yes|yep|yup|yeah|yea)\W+(?:that'?s |it'?s )?(?:right|correct|true)\b|"
-            r"^\W*correct\W*$",
+            r"^\W*correct\W*$|\b(?:this|that|it)(?: one)? is (?:correct|right)\b(?!\s*\?)",
             _I,
         ),
     ),
@@ -270,7 +310,8 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"\b(?:good|brilliant|cracking|superb|fantastic|wonderful|fab|terrific|top|solid) "
             r"(?:answer|job|stuff|work|explanation|reply|response)\b|\blovely\b|"
             r"\bwhat i was (?:after|looking for)\b|\b(?:is|was) all i (?:needed|wanted|asked for)\b|"
-            r"\bchef'?s kiss\b|^\W*(?:ace|ta|brill|champion)\b|\bta (?:very much|muchly)\b|"
+            r"\bchef'?s kiss\b|\b(?:is|it'?s|this is|that'?s) (?:very|really|so|pretty) good\b|"
+            r"^\W*(?:ace|ta|brill|champion)\b|\bta (?:very much|muchly)\b|"
             r"^\W*good\W*(?:$|[,!.]\s*(?:that'?s|this is|thanks|thank you|now|next)\b)",
             _I,
         ),
@@ -306,9 +347,16 @@ _RATING_FIRST_RE = re.compile(rf"{_SCORE}{_SCALE}\W+(\w.*)$", _I)  # with a rema
 _BENIGN_AGAIN_RE = re.compile(
     r"\b(?:would|will|'ll|'d|gonna)\s+(?:\w+\s+)?(?:ask|use|come|do|read|visit|recommend|buy|"
     r"order|go)\s+(?:\w+\s+)?again\b|"
+    r"\b(?:need|use|want|see|read|check|open)\s+(?:it|this|that|them)\s+again\b|"
     r"^\W*(?:what|whats|what's|who|whos|who's|where|when|how|which)\b[^.!?]*\bagain\W*$",
     _I,
 )
+# "yes do that", "yeah go ahead and add the other three": the user answers the answer's
+# offer; with no contrast after it, an approval of the answer and the next step
+_GO_AHEAD_RE = re.compile(
+    r"^\W*(?:yes|yeah|yep|yup|sure|ok|okay)\W+(?:please\W+)?(?:do (?:that|it|this)|go ahead)\b", _I
+)
+_BUT_RE = re.compile(r"\b(?:but|though|however|although|except)\b", _I)
 _CONTRAST_RE = re.compile(r"\b(?:but|though|however|although|that said)\b\W*(\w.{7,})$", _I)
 _ASK_RE = re.compile(
     r"\b(?:can|could|would|will) (?:you|u)\b|\bwould you mind\b|\bany chance\b|"
@@ -424,6 +472,12 @@ def _classify_user(said: str, answer: str, question: str) -> HeuristicVerdict:
     topic = new_topic(text)
     if topic is not None:
         return _before_new_topic(topic, answer, question)
+    rest = answer_back(text)
+    if rest is not None:  # values there answer the assistant; a plain complaint still counts
+        found = _strong_correction(unquoted(rest), answer, question)
+        return _negative(said, found) if found else HeuristicVerdict(0, "user answers back")
+    if new_piece(unquoted(text)):
+        return HeuristicVerdict(0, "user asks for a new piece of writing")
     return _classify_words(said, unquoted(text), answer, question)
 
 
@@ -443,6 +497,8 @@ def _before_new_topic(topic: NewTopic, answer: str, question: str) -> HeuristicV
 def _classify_words(said: str, text: str, answer: str, question: str) -> HeuristicVerdict:
     """`_classify_user` on a reply that opens no new topic; `text` is `said` respelled and
     its quotes blanked (`new_topic.unquoted`)."""
+    if _GO_AHEAD_RE.search(text) and not _BUT_RE.search(text):
+        return HeuristicVerdict(1, "user says go ahead")
     rating = _rating(text)
     if rating is None:
         rating = _rating_first(text, answer, question)

@@ -29,7 +29,9 @@ _MARKER_RE = re.compile(
     r"on (?:another|a different|an unrelated) note\b|change of (?:topic|subject)\b|"
     r"chang(?:e|ing) the (?:topic|subject)\b)|"
     # anywhere, when a colon or a comma follows: "another thing while I remember: ..."
-    rf"\b(?P<c>while i remember|before i forget|{_TOPIC})\s*[:,\-\u2013\u2014]",
+    rf"\b(?P<c>while i remember|before i forget|{_TOPIC})\s*[:,\-\u2013\u2014]|"
+    # "different thing: ...", "new one: ...": only with a colon or a dash after them
+    r"(?:^|[.!?;,]\s*)(?P<d>(?:a )?(?:different|new|other|separate) (?:thing|one))\s*[:\-\u2013\u2014]",
     _I,
 )
 # a quoted span: opening quote not inside a word ("don't" is no quote), at most 80 chars
@@ -59,8 +61,36 @@ def new_topic(text: str) -> NewTopic | None:
     match = _MARKER_RE.search(plain)
     if match is None:
         return None
-    start = match.start("m") if match.group("m") else match.start("c")
-    return NewTopic(plain[:start].strip(" ,;:-\u2014"), match.group("m") or match.group("c"))
+    name = next(g for g in ("m", "c", "d") if match.group(g))
+    return NewTopic(plain[: match.start(name)].strip(" ,;:-\u2014"), match.group(name))
+
+
+# "to answer your question, it's windows 11": what follows answers the assistant's question
+_ANSWER_BACK_RE = re.compile(
+    r"^\W*(?:to answer your question|since you asked|you asked)\s*[:,\-\u2013\u2014]\s*", _I
+)
+# "write me a short note to my landlord, no more than 3 lines": a new piece of writing, whose
+# own requests ("short", "no more than 3 lines") are about it, not about the answer
+_NEW_PIECE_RE = re.compile(
+    r"^\W*(?:(?:can|could|would|will) you (?:please )?|please )?"
+    r"(?:write|draft|compose|make|create|prepare|put together) (?:me |us )?(?:a|an|another|some) "
+    r"(?:[\w'-]+ ){0,3}?(?:note|e-?mail|letter|message|text|post|reply|invitation|invite|poem|"
+    r"story|speech|toast|card|caption|bio|list|plan|schedule|checklist|agenda|recipe|script|"
+    r"song)s? (?:to|for|about|saying|asking|telling|inviting|thanking|from)\b",
+    _I,
+)
+
+
+def answer_back(text: str) -> str | None:
+    """What follows "to answer your question," (the user answers the assistant), or None."""
+    match = _ANSWER_BACK_RE.search(text)
+    return text[match.end() :] if match is not None else None
+
+
+def new_piece(text: str) -> bool:
+    """Whether the reply asks for a new piece of writing addressed to or about something
+    ("draft a formal email to the school ..."), not a change to the answer."""
+    return _NEW_PIECE_RE.search(text) is not None
 
 
 def unquoted(text: str) -> str:

@@ -462,3 +462,57 @@ def test_round_nine_wordings(reply: str, score: int) -> None:
     got, hint = judge(reply)
     assert got == score, reply
     assert (hint is not None) is (score == -1), reply
+
+
+# --- round 10 (heuristic-v9): replies from people at work; each with a neighbour ---
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        # a new task that carries its own requests; the same words about the answer
+        (
+            "write me a short note to my landlord, no more than 3 lines, saying the boiler is broken again",
+            0,
+        ),
+        (
+            "can you draft a formal email to the school asking for a meeting with the head? not too long",
+            0,
+        ),
+        ("write it as a short note, no more than 3 lines", -1),
+        ("different thing: make a table of my kids' vaccination dates, plain text, no emoji", 0),
+        ("can you make a table of it?", -1),
+        ("new one: how do I say 'where is the pharmacy' in Portuguese? keep it short", 0),
+        # the user answers the assistant's question; "again" that asks for no redo
+        ("to answer your question, it's windows 11 and I don't have admin rights", 0),
+        ("to answer your question: too long, I only read the first line", -1),
+        ("can you keep this for later? I'll need it again on Friday", 0),
+        ("again?? still too long", -1),
+        # approvals without praise words, and approvals that name a form
+        ("nothing wrong with it, I'm using it as is", 1),
+        ("something is wrong with it, the totals don't add up", -1),
+        ("short is fine, don't make it any longer", 1),
+        ("make it a bit longer", -1),
+        ("that's what I'll send", 1),
+        ("ok printing it now", 1),
+        ("done, it compiles", 1),
+        ("it compiles but the test fails", -1),
+        ("yes is very good, my boss understand now", 1),
+        ("not very good, too many words", -1),
+        ("ok this one is correct, my teacher say the same", 1),
+        ("yes do that, same format as this one", 1),
+        ("yeah go ahead and add the other three, this looks right", 1),
+        ("yes do that, but shorter", -1),
+        # corrections without the usual words
+        ("bro the rocket emojis are so cringe. remove", -1),
+        ("why are there emojis in my resignation letter 💀 take them out", -1),
+        ('"Hey there" is not how we open a letter to the court.', -1),
+        ("you answered question 4 but she asked about question 5", -1),
+        ("you answered every question, thanks", 1),
+        ("pager's going off, I don't need the background on systemd, just the command", -1),
+        ("I don't need anything else, thanks", 1),
+        ("hmm, this not sound right to my ears but i dont know why", -1),
+    ],
+)
+def test_round_ten_wordings(reply: str, score: int) -> None:
+    got, hint = judge(reply)
+    assert got == score, reply
+    assert (hint is not None) is (score == -1), reply
