@@ -41,6 +41,7 @@ from clawrl_app.engine.training.advantages import (
     ema_baseline_update,
 )
 from clawrl_app.engine.training.anchor import Anchor, anchor_backward, base_response_logprobs
+from clawrl_app.engine.training.canary import canary_logprobs
 from clawrl_app.engine.training.config import STOP_METHODS, TrainerConfig
 from clawrl_app.engine.training.grammar_replay import GrammarReplay
 from clawrl_app.engine.training.lease import hold_trainer_lock, owner_alive
@@ -81,8 +82,6 @@ from clawrl_app.engine.training.train_data import (
 )
 
 log = logging.getLogger("clawrl.trainer")
-CANARY_PROMPTS = ["What is the capital of France?", "Write one sentence about the sea."]
-CANARY_RESPONSE = "Paris is the capital of France, and the sea is calm."
 
 
 class EngineGone(Exception):
@@ -412,20 +411,7 @@ class Trainer:
 
     def canary(self) -> list[dict[str, Any]]:
         """Log-probs of a fixed response to fixed prompts under the new weights."""
-        from clawrl_app.engine.chat.formatter import ChatFormatter
-
-        fmt = ChatFormatter(self.tokenizer)
-        resp = list(self.tokenizer(CANARY_RESPONSE, add_special_tokens=False)["input_ids"])
-        out = []
-        self.model.eval()
-        with torch.no_grad():
-            for q in CANARY_PROMPTS:
-                prompt = fmt.render([{"role": "user", "content": q}])
-                item = TrainItem(0, "", prompt, resp, [0.0] * len(resp), 1.0, 0.0, False, None, "")
-                lps = response_logprobs(self.model, [item], self.device).logprobs_BT[0]
-                out.append({"prompt_ids": prompt, "response_ids": resp, "logprobs": lps.tolist()})
-        self.model.train()
-        return out
+        return canary_logprobs(self.model, self.tokenizer, self.device)
 
     def save(self, items: list[TrainItem], metrics: dict[str, float]) -> str:
         """Write the checkpoint, then register it and mark its samples in one transaction

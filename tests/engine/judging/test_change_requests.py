@@ -31,6 +31,13 @@ def judge(reply: str) -> tuple[int, str | None]:
     return verdict.score, verdict.hint
 
 
+def assert_heard(reply: str, score: int) -> None:
+    """`reply` is judged `score`, with a hint exactly when it is a correction."""
+    got, hint = judge(reply)
+    assert got == score, reply
+    assert (hint is not None) is (score == -1), reply
+
+
 def load_phrasings() -> list[dict[str, Any]]:
     with PHRASINGS.open(encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -245,9 +252,7 @@ def test_a_corrections_hint_contains_the_request_words() -> None:
     ],
 )
 def test_round_three_wordings(reply: str, score: int) -> None:
-    got, hint = judge(reply)
-    assert got == score, reply
-    assert (hint is not None) is (score == -1), reply
+    assert_heard(reply, score)
 
 
 # --- round 4 (heuristic-v5): the misses of its first score (0.725), each with a neighbour ---
@@ -312,9 +317,7 @@ def test_round_three_wordings(reply: str, score: int) -> None:
     ],
 )
 def test_round_four_wordings(reply: str, score: int) -> None:
-    got, hint = judge(reply)
-    assert got == score, reply
-    assert (hint is not None) is (score == -1), reply
+    assert_heard(reply, score)
 
 
 # --- rounds 5 and 6 (heuristic-v6): structure that a keyword misses, each with a neighbour --
@@ -353,9 +356,7 @@ def test_round_four_wordings(reply: str, score: int) -> None:
     ],
 )
 def test_rounds_five_and_six_wordings(reply: str, score: int) -> None:
-    got, hint = judge(reply)
-    assert got == score, reply
-    assert (hint is not None) is (score == -1), reply
+    assert_heard(reply, score)
 
 
 @pytest.mark.parametrize(
@@ -404,9 +405,7 @@ def test_a_rating_scores_the_answer(reply: str, score: int) -> None:
     ],
 )
 def test_round_eight_wordings(reply: str, score: int) -> None:
-    got, hint = judge(reply)
-    assert got == score, reply
-    assert (hint is not None) is (score == -1), reply
+    assert_heard(reply, score)
 
 
 # --- round 9 (heuristic-v8): new topics, quotes, hedges, dev replies; each with a neighbour ---
@@ -459,9 +458,7 @@ def test_round_eight_wordings(reply: str, score: int) -> None:
     ],
 )
 def test_round_nine_wordings(reply: str, score: int) -> None:
-    got, hint = judge(reply)
-    assert got == score, reply
-    assert (hint is not None) is (score == -1), reply
+    assert_heard(reply, score)
 
 
 # --- round 10 (heuristic-v9): replies from people at work; each with a neighbour ---
@@ -513,6 +510,4 @@ def test_round_nine_wordings(reply: str, score: int) -> None:
     ],
 )
 def test_round_ten_wordings(reply: str, score: int) -> None:
-    got, hint = judge(reply)
-    assert got == score, reply
-    assert (hint is not None) is (score == -1), reply
+    assert_heard(reply, score)

@@ -24,12 +24,8 @@ from clawrl_app.engine.backends.pytorch.nf4_base import STAMP, export_nf4_base
 from clawrl_app.engine.backends.sampling import continuation_logprobs
 from clawrl_app.engine.chat.formatter import ChatFormatter
 from clawrl_app.engine.publishing.publisher import canary_gap
-from clawrl_app.engine.training.trainer import (
-    CANARY_PROMPTS,
-    CANARY_RESPONSE,
-    LORA_TARGETS,
-    load_4bit,
-)
+from clawrl_app.engine.training.canary import CANARY_PROMPTS, CANARY_RESPONSE
+from clawrl_app.engine.training.trainer import LORA_TARGETS, load_4bit
 from clawrl_app.models import ResolvedModel, load_model
 
 pytestmark = pytest.mark.slow

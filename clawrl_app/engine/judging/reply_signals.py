@@ -1,0 +1,213 @@
+"""What words in a user reply signal: a correction (redo, complaint, "too long") or an
+acceptance (thanks, praise, moving on), as named patterns the heuristic judge reads
+(`heuristic_judge.py`: which of them wins, and what the rest of the reply says)."""
+
+from __future__ import annotations
+
+import re
+
+from clawrl_app.engine.judging.change_requests import ENDORSEMENT_RE
+
+_I = re.IGNORECASE
+
+USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    (
+        "no",
+        re.compile(
+            r"^\s*(?:no|nope|nah)\b(?!\s+(?:problem|worries|need|rush|complaints?|notes|issues|"
+            r"objections|changes|edits|corrections)\b)",
+            _I,
+        ),
+    ),
+    ("wrong", re.compile(r"\bwrong\b", _I)),
+    ("incorrect", re.compile(r"\bincorrect\b", _I)),
+    ("not what I asked", re.compile(r"\bnot what i (?:asked|wanted|meant)\b", _I)),
+    ("try again", re.compile(r"\btry (?:it )?again\b", _I)),
+    ("again", re.compile(r"(?<!thanks )(?<!thank you )\bagain\b", _I)),
+    ("redo", re.compile(r"\bre-?do\b", _I)),
+    ("I said", re.compile(r"\bi said\b", _I)),
+    ("I asked", re.compile(r"\bi asked\b", _I)),
+    ("please don't", re.compile(r"\bplease (?:don'?t|do not)\b", _I)),
+    ("stop", re.compile(r"\bstop\b", _I)),
+    (
+        "shorter",
+        re.compile(
+            r"(?<!much )(?<!way )(?<!far )\bshorter\b(?!\s+[\w-]+\s+(?:for|of|in|on) (?:my|our)\b)|"
+            r"\b(?:much|way|far) shorter\b(?!\W+(?:thanks|thank you|thx|ty|cheers)\b)",
+            _I,
+        ),
+    ),
+    ("too long", re.compile(r"\btoo (?:long|short|verbose|wordy)\b", _I)),
+    ("instead", re.compile(r"\binstead\b", _I)),
+    ("should be", re.compile(r"\bshould be\b", _I)),
+    ("you forgot", re.compile(r"\b(?:you|u) (?:forgot|missed|didn'?t)\b", _I)),
+    (
+        "doesn't work",
+        re.compile(
+            r"\b(?:doesn'?t|does not|didn'?t|did not|isn'?t|is not|not) work(?:s|ing)?\b", _I
+        ),
+    ),
+    ("broken", re.compile(r"\b(?:still )?broken\b|\bstill (?:fails|failing)\b", _I)),
+    (
+        "fails",
+        re.compile(
+            r"\b(?:the )?(?:tests?|build|script|code|query|command|job) (?:still )?fail(?:s|ed)?\b",
+            _I,
+        ),
+    ),
+    (
+        "not how",
+        re.compile(
+            r"\b(?:is|are|'s) not how (?:we|you|i|people|one)\b|"
+            r"\b(?:isn'?t|aren'?t) how (?:we|you|i|people|one)\b",
+            _I,
+        ),
+    ),
+    (
+        "answered another",
+        re.compile(r"\byou answered\b[^.!?]*\bbut\b[^.!?]*\b(?:asked|wanted|meant|needed)\b", _I),
+    ),
+    (
+        "don't need",
+        re.compile(
+            r"\bdon'?t need (?:the|all (?:the|that|this)|any|so much|an?) [\w' -]{1,40}?\W+(?:just|only)\b",
+            _I,
+        ),
+    ),
+    (
+        "not right",
+        re.compile(r"\b(?:not|doesn'?t|does not) (?:sound|look|seem)s? (?:right|correct)\b", _I),
+    ),
+    (
+        "reports an error",
+        re.compile(
+            r"\b(?:i get|i got|getting|it throws|throws|threw|gives me) (?:an? |the )?"
+            r"(?:error|exception|traceback|\w+Error|\w+Exception)\b",
+            _I,
+        ),
+    ),
+]
+"""Redo / correction / complaint signals in a user reply."""
+
+USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("thanks", re.compile(r"\b(?:thanks|thank you|thx|ty|tysm|cheers|merci|gracias|danke)\b", _I)),
+    ("great", re.compile(r"\bgreat\b", _I)),
+    ("perfect", re.compile(r"\bperfect\b", _I)),
+    ("that works", re.compile(r"\b(?:that|this|it) works\b|^\W*works\b", _I)),
+    ("exactly", re.compile(r"\bexactly\b", _I)),
+    ("awesome", re.compile(r"\bawesome\b", _I)),
+    ("got it", re.compile(r"\bgot it\b", _I)),
+    ("nice", re.compile(r"\bnice\b", _I)),
+    ("cool", re.compile(r"\bcool\b", _I)),
+    ("looks good", re.compile(r"\blooks good\b|\blgtm\b|\bsounds good\b|\bis fine\b", _I)),
+    ("excellent", re.compile(r"\bexcellent\b", _I)),
+    ("next,", re.compile(r"\bnext\s*[,:]", _I)),
+    ("now let's", re.compile(r"\bnow let'?s\b", _I)),
+    ("ok, now", re.compile(r"\b(?:ok|okay)\s*,?\s*now\b", _I)),
+    ("love it", re.compile(r"\blove (?:it|this|that)\b", _I)),
+    ("sweet", re.compile(r"\b(?:sweet|neat|good one|much better|not bad)\b", _I)),
+    (
+        "better",
+        re.compile(
+            r"^\W*(?:much |way |far |a lot |so much )?better\W*$|\bmore like it\b|"
+            r"(?<!not )(?<!not the )(?<!n't the )\b(?:right|good|perfect|nice|ideal) "
+            r"(?:length|size|amount|format|tone|level of detail)\b|"
+            r"^\W*(?:yes|yeah|yep|yup)\W+(?:\w+ )?like (?:that|this)\b",
+            _I,
+        ),
+    ),
+    (
+        "it worked",
+        re.compile(
+            r"\b(?:that|it) (?:did it|did the trick|was it)\b|\b(?:fixed|solved|worked)\b|"
+            r"\b(?:they|tests?|it|all) pass(?:es|ed)?\b|\b(?:is|are|all|now) green\b",
+            _I,
+        ),
+    ),
+    (
+        "uses it",
+        re.compile(
+            r"\bi'?ll use (?:it|this|that)\b|\busing (?:it|this|that)\b|^\W*sent\b|"
+            r"\bsending it\b|\bdoing it now\b|\bas you said\b|\bas is\W*$|"
+            r"\bthat'?s what i'?ll (?:send|use|post|say|print|submit|go with)\b|"
+            r"\b(?:printing|posting|submitting|forwarding) (?:it|this|that)(?: (?:now|off|out|over))*\W*$|"
+            r"\bit compiles\b|\bcompiles now\b|"
+            r"\b(?!what\b|where\b|how\b|who\b|why\b|which\b|when\b)\w+ it is\W*$",
+            _I,
+        ),
+    ),
+    (
+        "helpful",
+        # "that'd be really helpful" closes a request; it approves nothing yet
+        re.compile(
+            r"(?<!\bbe )(?<!\bbe really )(?<!\bbe very )(?<!\bbe super )(?<!\bbe so )"
+            r"\bhelpful\b|\bhelps\b(?!\s+(?:me|us)\b)",
+            _I,
+        ),
+    ),
+    (
+        "spot on",
+        re.compile(
+            r"\bspot on\b|\bnailed it\b|\bbang on\b|\bthat'?s the one\b|\bthat'?ll do\b|"
+            r"\bthat'?s it\b(?!\s*\?)|\bmakes (?:total |perfect )?sense\b|"
+            r"\bcan'?t argue with (?:that|this)\b|\b(?:couldn'?t|could not) (?:be|have been) "
+            r"better\b|\b(?:ship|merge) it\b|\b(?:really|so|super|crystal) clear\b|"
+            r"\b(?:everyone|we all|they all|finally) (?:actually )?(?:got|understood) it\b|"
+            r"\bi (?:understand|get it) now\b|\bunderstood\b",
+            _I,
+        ),
+    ),
+    (
+        "yes, right",
+        re.compile(
+            r"^\W*(?:yes|yep|yup|yeah|yea)\W+(?:that'?s |it'?s )?(?:right|correct|true)\b|"
+            r"^\W*correct\W*$|\b(?:this|that|it)(?: one)? is (?:correct|right)\b(?!\s*\?)",
+            _I,
+        ),
+    ),
+    (
+        "appreciated",
+        re.compile(
+            r"(?<!'d )(?<!would )\bappreciated?\b|\blife ?saver\b|\byou(?:'re| are) the best\b|"
+            r"\byou rock\b|(?<!'d )(?<!would )\bi (?:really )?like (?:it|this|that|these)\b|"
+            r"\bsaved (?:me|my|us|our|the day)\b|\bwent (?:really |so |super )?(?:well|great|"
+            r"smoothly)\b|\bi'?m (?:stealing|borrowing|keeping) (?:that|this|it)\b|"
+            r"\bloved (?:it|this|that|the|these|those|your|how)\b|\bcomplimented\b|"
+            r"\b(?:that'?s|this is|just|exactly) (?:the \w+ |what )i (?:wanted|needed|asked for)\b",
+            _I,
+        ),
+    ),
+    (
+        "good answer",
+        re.compile(
+            r"\b(?:good|brilliant|cracking|superb|fantastic|wonderful|fab|terrific|top|solid) "
+            r"(?:answer|job|stuff|work|explanation|reply|response)\b|\blovely\b|"
+            r"\bwhat i was (?:after|looking for)\b|\b(?:is|was) all i (?:needed|wanted|asked for)\b|"
+            r"\bchef'?s kiss\b|\b(?:is|it'?s|this is|that'?s) (?:very|really|so|pretty) good\b|"
+            r"^\W*(?:ace|ta|brill|champion)\b|\bta (?:very much|muchly)\b|"
+            r"^\W*good\W*(?:$|[,!.]\s*(?:that'?s|this is|thanks|thank you|now|next)\b)",
+            _I,
+        ),
+    ),
+    (
+        "love the",
+        re.compile(r"(?<!'d )(?<!\bd )(?<!would )\blove (?:the|these|those|your|how)\b", _I),
+    ),
+    (
+        "emoji",
+        re.compile(
+            "[\U0001f44d\U0001f64c\U0001f4aa\U0001f525\U0001f389\u2705\U0001f64f\U0001f44c"
+            "\U0001f44f\U0001f4af\U0001f60d\U0001f973\u2764]"
+        ),
+    ),
+    ("keep it like this", ENDORSEMENT_RE),
+    (
+        "praise",
+        re.compile(
+            r"^\W*(?:wonderful|brilliant|fantastic|amazing|superb|marvell?ous|splendid|"
+            r"terrific|outstanding|fabulous|stellar|impeccable)\b|\bjust right\b",
+            _I,
+        ),
+    ),
+]
+"""Acceptance / thanks / moving-on signals in a user reply."""
