@@ -40,7 +40,8 @@ _VERBS = (
     r"walk|try|do|summari[sz]e|compare|rank|justify|illustrate|back|arrange|group|trim|cut|pare|tighten|simplify|expand|clarify|tone|dial|drop|remove|delete|omit|"
     r"skip|ditch|lose|leave|avoid|stop|cite|reduce|lower|lighten|soften|sum|boil|get|say|"
     r"spell|present|lay|organi[sz]e|structure|order|sort|swap|replace|change|switch|move|open|"
-    r"state|word|phrase|fix|correct|double[- ]?check|re-?check|fact[- ]?check|verify|amend"
+    r"state|word|phrase|fix|correct|double[- ]?check|re-?check|fact[- ]?check|verify|amend|"
+    r"rework|revise|adjust|tweak|polish|edit|adapt|tailor|rejig"
 )
 # Verbs of removal: any definite object is a part of the answer ("drop the jokes").
 _REMOVE_VERBS = r"drop|remove|delete|omit|skip|ditch|lose|cut|leave out|get rid of|strip"
@@ -165,7 +166,8 @@ _FRAMING_RE = re.compile(
     r"would you mind|do you mind|(?:i'?d|i would) (?:like|love|prefer|appreciate it if) "
     r"(?:you|it if you|if you)(?: to)?|i (?:want|need) you to|try (?:to|and)|"
     r"you (?:should|could|need to|might want to|must|can)|(?:can|could|may) (?:i|we) "
-    r"(?:get|have|see)|let'?s (?:have|get|see)|is it possible to|mind)"
+    r"(?:get|have|see)|let'?s (?:have|get|see)|is it possible to|mind|"
+    r"is there (?:a|any) (?:way|chance) (?:to|you could|you can|of)|any chance (?:you could|of)?)"
     r"\b[\s,.!:;-]*)+",
     _I,
 )
@@ -203,6 +205,13 @@ ENDORSEMENT_RE = re.compile(
     r"^\W*no (?:complaints|notes|changes|edits|objections|corrections|issues)\b"
     r"(?! (?:about|on|with|to)\b)(?:\W+(?:at all|whatsoever|needed|from me|here|perfect|great|"
     r"thanks|thank you|love it|nice|cheers))*\W*$|"
+    r"(?:[,;\u2014\u2013-]\s*|\bbut\s+)no (?:complaints|issues|problems|notes|objections)"
+    r"(?: (?:here|at all|whatsoever|from me))?(?=\s*(?:$|[,.!;\u2014\u2013-]))|"
+    # praise by a negated complaint: "can't fault it", "not bad at all", "nothing to add"
+    r"\bcan'?t (?:fault|knock|complain about) (?:it|this|that)\b|\bcan'?t fault\b|"
+    r"\bnothing (?:(?:more|else) )?to add\b|\b(?:that|this|it) (?:about |pretty much |just about )?"
+    r"covers it\b|\b(?:matches|lines up with|squares with|agrees with) what i (?:know|knew|"
+    r"remember|read|learned)\b|\bnot (?:bad|too shabby|half bad) at all\b|"
     r"\b(?:wouldn'?t|would not|don'?t|do not|couldn'?t|could not) change a (?:thing|word)\b|"
     r"^\W*nothing (?:wrong|to (?:change|fix))(?: with (?:it|this|that))?(?=\W*(?:$|[,.!;]))|"
     r"\bdon'?t (?:make it|go) any (?:longer|shorter)\b|\bdon'?t change (?:it|anything|a thing)\b",
@@ -382,9 +391,25 @@ def _core(clause: str) -> str:
     return _FRAMING_RE.sub("", text, count=1).strip()
 
 
+# "I'm writing a 500-word essay on Paris": the form words are the user's own piece's
+_OWN_WORK_RE = re.compile(
+    r"^\W*(?:i'?m|i am|we'?re|we are) (?:currently |now )?(?:writing|working on|preparing|"
+    r"drafting|putting together|making|giving|planning|designing) (?:a|an|my|our|some)\b",
+    _I,
+)
+# "Recommend a good sci-fi novel?": a verb of a new task; its object is a new thing
+_NEW_TASK_VERB_RE = re.compile(
+    r"^(?:recommend|suggest|name|find|pick|choose|book|translate|calculate|compute|search|"
+    r"look up|remind)\b",
+    _I,
+)
+
+
 def request_kind(clause: str) -> str | None:
     """Why `clause` asks to change the answer (a short name), or None."""
     text = clause.replace("\u2019", "'").strip()
+    if _OWN_WORK_RE.search(text):
+        return None
     if _OPENING_RE.search(text):
         return "less / more / no ..."
     if _MOVING_ON_RE.search(text) and not (_ANAPHORA_RE.search(text) or _SHAPE_RE.search(text)):
@@ -411,6 +436,8 @@ def request_kind(clause: str) -> str | None:
         return "preference"
     if _ASKED_RE.search(text) or _QUESTION_WORD_RE.search(core):
         return None  # "can you draft ...": a verb we do not know, so a new task
+    if _NEW_TASK_VERB_RE.search(core) and not _ANAPHORA_RE.search(core):
+        return None
     if _FORM_TARGET_RE.search(core) and _MARKER_RE.search(text) and len(core.split()) <= 12:
         return "request without a verb"
     return None

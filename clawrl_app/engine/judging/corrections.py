@@ -130,6 +130,27 @@ CONTRADICTION_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ),
     ),
     ("..., no?", re.compile(r"\bno\s*\?+\s*$", _I)),
+    (
+        "source?",
+        re.compile(
+            r"\bwhere (?:are|did|do) (?:you|u) (?:get|getting|find|finding) (?:this|that|it|"
+            r"these|those|all this|all that)\b|\bwhat'?s (?:your|the) source\b|"
+            r"\bsources?\s*\?+\s*$",
+            _I,
+        ),
+    ),
+    (
+        "fits in a ...",
+        # "whatever you give me has to fit in a subject line", "any chance that fits on a
+        # post-it?": a size for the answer, named by the small thing it must fit
+        re.compile(
+            r"\bfit(?:s|ting)? (?:in|on|into|onto) (?:a|an|one|the|my) (?:[\w-]+ ){0,3}?"
+            r"(?:subject line|tweet|text message|text|sms|post-?it|sticky(?: note)?|slip|"
+            r"(?:index |business |flash ?)?card|postcard|napkin|line|slide|notification|"
+            r"banner|fortune cookie|phone screen|lock ?screen|screen)s?\b",
+            _I,
+        ),
+    ),
 ]
 """Disputes, contradictions and change requests that carry no classic keyword."""
 
@@ -140,6 +161,7 @@ _ACTUALLY_OPENING_RE = re.compile(
     _I,
 )
 _ACTUALLY_CLOSING_RE = re.compile(r"\bactually\W*$", _I)
+_ACTUALLY_RE = re.compile(r"\bactually\b", _I)
 
 
 def contradiction(reply: str) -> str | None:
@@ -156,6 +178,10 @@ def actually_correction(reply: str) -> bool:
     "Actually, make it 6:30." and "the 15th actually" are corrections; "Actually, that's
     perfect." is not.
     """
+    if not re.search(r"\w", _ACTUALLY_RE.sub(" ", reply)):
+        return (
+            False  # nothing but "actually" (left after praise read out: "not bad at all, actually")
+        )
     return bool(_ACTUALLY_OPENING_RE.search(reply) or _ACTUALLY_CLOSING_RE.search(reply))
 
 

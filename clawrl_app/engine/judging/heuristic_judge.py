@@ -83,7 +83,7 @@ from clawrl_app.engine.judging.reply_signals import USER_NEGATIVE_PATTERNS, USER
 from clawrl_app.engine.judging.reply_values import bare_name, near_miss, replacement_value
 from clawrl_app.engine.judging.spelling import respell
 
-HEURISTIC_RULES_VERSION = "heuristic-v9"
+HEURISTIC_RULES_VERSION = "heuristic-v10"
 """Bump when any pattern below changes; recorded with every heuristic verdict."""
 
 _I = re.IGNORECASE
@@ -172,6 +172,12 @@ _POINTS_AT_ANSWER_RE = re.compile(
 )
 # "can you suggest a shorter title for my blog post?": the user's own thing, not the answer
 _OWN_THING_RE = re.compile(r"\b(?:for|of|in|on|to) (?:my|our) (?!answer|question)\w+", _I)
+# "How long should a brochure paragraph be, generally?": about such things, not this answer
+_GENERAL_RE = re.compile(
+    r"\b(?:generally|in general|typically|usually|normally|as a rule|on average)\b[^.!]*\?|"
+    r"\?[^?]*\b(?:generally|in general|typically|usually|normally|as a rule)\b",
+    _I,
+)
 _MOVES_ON_RE = re.compile(
     r"\b(?:next|moving on|now|also|another|as well)\b|\btoo\W*$|\btoo\W*[:;,]", _I
 )
@@ -339,6 +345,8 @@ def _classify_words(said: str, text: str, answer: str, question: str) -> Heurist
     first = sentences(text)[0] if text.strip() else ""
     if _OWN_THING_RE.search(first) and not _POINTS_AT_ANSWER_RE.search(first):
         return HeuristicVerdict(0, "user asks about a thing of their own")
+    if _GENERAL_RE.search(first) and not _POINTS_AT_ANSWER_RE.search(first):
+        return HeuristicVerdict(0, "user asks a general question")
     if reply_model.read(text, answer) == -1:
         return _negative(said, "a request (word model)")
     return HeuristicVerdict(0, "no clear signal in the user reply")

@@ -52,6 +52,12 @@ _MONTH_OF = (
 _MAY_RE = re.compile(r"\d(?:st|nd|rd|th)?\s+may\b|\bmay\s+\d", _I)
 _ORDINAL_RE = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)\b", _I)
 _NUMBER_RE = re.compile(r"(?<![\w.:/])-?\d[\d,]*(?:\.\d+)?(?![\w:])")
+# a number that sizes a text ("a 500-word essay", "under 280 characters"): a length
+_SIZE_RE = re.compile(
+    r"(?<![\w.:/])(\d[\d,]*)[- ](?:words?|characters?|chars|pages?|lines?|sentences?|"
+    r"paragraphs?|bullets?)\b",
+    _I,
+)
 _WORD_RE = re.compile(r"[a-z][a-z_']*", _I)
 
 _FRAMING_RE = re.compile(
@@ -131,6 +137,8 @@ def replacement_value(reply: str, answer: str) -> str | None:
     if _NEW_TASK_RE.search(reply) and not _FRAMING_RE.search(reply):
         return None
     mine, theirs = extract_values(reply), extract_values(answer)
+    if not _SIZE_RE.search(answer):  # a size of a text is no value the answer gave
+        mine["number"] -= {_normalise_number(m.group(1)) for m in _SIZE_RE.finditer(reply)}
     if theirs["time"] and not theirs["number"]:
         hours = {n for n in mine["number"] if n.isdigit() and 1 <= int(n) <= 12}
         mine["time"] |= {f"{int(n) % 12}:00" for n in hours}

@@ -511,3 +511,40 @@ def test_round_nine_wordings(reply: str, score: int) -> None:
 )
 def test_round_ten_wordings(reply: str, score: int) -> None:
     assert_heard(reply, score)
+
+
+# --- round 11 (heuristic-v10): praise by a negated complaint, sizes, sources; neighbours ---
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        # praise by a negated complaint; the same words before a request
+        ("No complaints here, that covers it.", 1),
+        ("No issues with the facts, but it's way too long.", -1),
+        ("Can't fault it.", 1),
+        ("not bad at all, actually", 1),
+        ("Not bad, but cut it to two lines.", -1),
+        ("the 15th actually", -1),
+        ("I didn't expect it to be this clear, honestly. Nothing to add.", 1),
+        ("Wasn't sure you'd get it right, but no issues — that all matches what I know.", 1),
+        # a number that sizes the user's own text; a number that replaces the answer's
+        ("I'm writing a 500-word essay on Paris, what should I include?", 0),
+        ("I'm writing a report, can you make this shorter?", -1),
+        (
+            "How long should a tourism brochure paragraph be, generally? Asking for a design class.",
+            0,
+        ),
+        ("Recommend a good sci-fi novel?", 0),
+        ("Recommend a shorter version?", -1),
+        # a size named by the small thing it must fit; a question about fitting
+        ("whatever you give me has to fit in a subject line", -1),
+        ("any chance that fits on a post-it?", -1),
+        ("Does the Eiffel Tower fit in a football stadium?", 0),
+        # "is there a way to", "rework", sources
+        ("Is there a way to say all that in like one breath?", -1),
+        ("Is there a way to visit the top at night?", 0),
+        ("I need this to sound lively for a tour group, can you rework it?", -1),
+        ("where are you getting this from? pls cite something i can put in my bibliography", -1),
+    ],
+)
+def test_round_eleven_wordings(reply: str, score: int) -> None:
+    assert_heard(reply, score)
