@@ -385,10 +385,15 @@ def sentences(text: str) -> list[str]:
     return [p for p in parts if p]
 
 
+# "As a tour guide I need this to sound lively": the speaker's role before "I" / "we"
+_ROLE_RE = re.compile(r"^as an? (?:[\w'-]+ ){1,3}?(?=(?:i|we)\b)", _I)
+
+
 def _core(clause: str) -> str:
-    """The clause without framing words ("please", "can you", "ok so"), apostrophes unified."""
-    text = clause.replace("\u2019", "'").strip()
-    return _FRAMING_RE.sub("", text, count=1).strip()
+    """The clause without framing words ("please", "can you", "ok so") or the speaker's
+    role ("as a nurse, ..."), apostrophes unified."""
+    text = _ROLE_RE.sub("", clause.replace("\u2019", "'").strip(), count=1)
+    return _FRAMING_RE.sub("", text.strip(), count=1).strip()
 
 
 # "I'm writing a 500-word essay on Paris": the form words are the user's own piece's

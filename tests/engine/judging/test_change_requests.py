@@ -544,6 +544,9 @@ def test_round_ten_wordings(reply: str, score: int) -> None:
         ("Is there a way to visit the top at night?", 0),
         ("I need this to sound lively for a tour group, can you rework it?", -1),
         ("where are you getting this from? pls cite something i can put in my bibliography", -1),
+        # the speaker's role before "I"
+        ("As a nurse, I need this in two lines.", -1),
+        ("As a kid I always wanted to go up the tower.", 0),
     ],
 )
 def test_round_eleven_wordings(reply: str, score: int) -> None:
