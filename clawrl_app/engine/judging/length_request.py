@@ -84,12 +84,21 @@ def does_what_was_asked(shown: str, rejected: str, request: str) -> bool:
     return not before or n <= MAX_SHARE * before
 
 
+# 'The answer is: "The Autumn Leaves Change Colour"': a lead-in and a quoted title, the
+# form a small teacher falls into when it misreads the hint (seen on the embedded model)
+_QUOTED_LEAD_IN_RE = re.compile(
+    r"^\W*(?:the |my )?answer(?: to (?:this|your|the|that) question)? is\s*:?\s*[\"\u201c]",
+    re.IGNORECASE,
+)
+
+
 def says_something(shown: str, question: str) -> bool:
     """Whether `shown` is an answer, not a lead-in: it does not end on a colon ("The answer
-    to this question is:") and does not repeat the whole question back ('The answer to this
-    question is: "Why do we have seasons?"'), for a question of three words or more."""
+    to this question is:"), does not put its words in quotes after "the answer is"
+    ('The answer is: "The Autumn Leaves Change Colour"') and does not repeat the whole
+    question back, for a question of three words or more."""
     text = shown.strip()
-    if not text or text.endswith(":"):
+    if not text or text.endswith(":") or _QUOTED_LEAD_IN_RE.search(text):
         return False
     q = _plain(question)
     return len(q.split()) < 3 or q not in _plain(text)

@@ -11,7 +11,8 @@ good and a bad answer to the same prompt, in the policy's own words where they w
 
 An answer is kept only when it ended on its own within the turn's answer budget, is not
 degenerate (`clawrl_app.degeneration`), says something (`length_request.says_something`: not
-a lead-in ending on a colon, not the question repeated back), does what a request for less
+a lead-in ending on a colon or quoting its words after "the answer is", not the question
+repeated back), does what a request for less
 asks of the rejected answer (`length_request.does_what_was_asked`: shorter, within the limit
 the request states), carries the hint and does not quote it:
 - *carries the hint*: the teacher's mean log-prob of its answer with the hint exceeds the

@@ -60,6 +60,9 @@ def test_a_lead_in_or_the_question_repeated_says_nothing() -> None:
     assert not says_something("The answer to this question is:", q)
     assert not says_something('The answer to this question is: "Why do we have seasons?"', q)
     assert says_something("We have seasons because the Earth is tilted.", q)
+    assert not says_something('The answer is: "The Autumn Leaves Change Colour"', q)
+    assert not says_something("The answer to this question is \u201cEarthquakes\u201d", q)
+    assert says_something('The answer is yes: "seasons" come from the tilt.', q)
     assert says_something("Yes.", "Hi?")  # a short question is not looked for
     assert not says_something("  ", q)
     assert sentence_count("No terminator") == 1 and sentence_count("") == 0
