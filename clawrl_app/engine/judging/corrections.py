@@ -83,7 +83,16 @@ CONTRADICTION_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             _I,
         ),
     ),
-    ("where did you get", re.compile(r"\bwhere did you get\b", _I)),
+    (
+        "where did you get",
+        # also "where are you getting this from?", "what's your source?": asks for sources
+        re.compile(
+            r"\bwhere did you get\b|\bwhere (?:are|did|do) (?:you|u) (?:get|getting|find|"
+            r"finding) (?:this|that|it|these|those|all this|all that)\b|"
+            r"\bwhat'?s (?:your|the) source\b|\bsources?\s*\?+\s*$",
+            _I,
+        ),
+    ),
     ("out of date", re.compile(r"\b(?:out of date|out-of-date|outdated)\b", _I)),
     (
         "nothing changed",
@@ -131,15 +140,6 @@ CONTRADICTION_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ),
     ("..., no?", re.compile(r"\bno\s*\?+\s*$", _I)),
     (
-        "source?",
-        re.compile(
-            r"\bwhere (?:are|did|do) (?:you|u) (?:get|getting|find|finding) (?:this|that|it|"
-            r"these|those|all this|all that)\b|\bwhat'?s (?:your|the) source\b|"
-            r"\bsources?\s*\?+\s*$",
-            _I,
-        ),
-    ),
-    (
         "fits in a ...",
         # "whatever you give me has to fit in a subject line", "any chance that fits on a
         # post-it?": a size for the answer, named by the small thing it must fit
@@ -178,10 +178,9 @@ def actually_correction(reply: str) -> bool:
     "Actually, make it 6:30." and "the 15th actually" are corrections; "Actually, that's
     perfect." is not.
     """
+    # nothing but "actually" (what is left after praise is read out: "not bad at all, actually")
     if not re.search(r"\w", _ACTUALLY_RE.sub(" ", reply)):
-        return (
-            False  # nothing but "actually" (left after praise read out: "not bad at all, actually")
-        )
+        return False
     return bool(_ACTUALLY_OPENING_RE.search(reply) or _ACTUALLY_CLOSING_RE.search(reply))
 
 

@@ -173,10 +173,9 @@ _POINTS_AT_ANSWER_RE = re.compile(
 # "can you suggest a shorter title for my blog post?": the user's own thing, not the answer
 _OWN_THING_RE = re.compile(r"\b(?:for|of|in|on|to) (?:my|our) (?!answer|question)\w+", _I)
 # "How long should a brochure paragraph be, generally?": about such things, not this answer
+_GENERALLY = r"generally|in general|typically|usually|normally|as a rule"
 _GENERAL_RE = re.compile(
-    r"\b(?:generally|in general|typically|usually|normally|as a rule|on average)\b[^.!]*\?|"
-    r"\?[^?]*\b(?:generally|in general|typically|usually|normally|as a rule)\b",
-    _I,
+    rf"\b(?:{_GENERALLY}|on average)\b[^.!]*\?|\?[^?]*\b(?:{_GENERALLY})\b", _I
 )
 _MOVES_ON_RE = re.compile(
     r"\b(?:next|moving on|now|also|another|as well)\b|\btoo\W*$|\btoo\W*[:;,]", _I

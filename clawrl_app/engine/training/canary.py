@@ -16,18 +16,20 @@ CANARY_RESPONSE = "Paris is the capital of France, and the sea is calm."
 
 def canary_logprobs(model: Any, tokenizer: Any, device: Any) -> list[dict[str, Any]]:
     """Log-probs of CANARY_RESPONSE after each of CANARY_PROMPTS under `model` (eval mode for
-    the passes, train mode after)."""
+    the passes, train mode after, also on failure)."""
     from clawrl_app.engine.chat.formatter import ChatFormatter
 
     fmt = ChatFormatter(tokenizer)
     resp = list(tokenizer(CANARY_RESPONSE, add_special_tokens=False)["input_ids"])
     out = []
     model.eval()
-    with torch.no_grad():
-        for q in CANARY_PROMPTS:
-            prompt = fmt.render([{"role": "user", "content": q}])
-            item = TrainItem(0, "", prompt, resp, [0.0] * len(resp), 1.0, 0.0, False, None, "")
-            lps = response_logprobs(model, [item], device).logprobs_BT[0]
-            out.append({"prompt_ids": prompt, "response_ids": resp, "logprobs": lps.tolist()})
-    model.train()
+    try:
+        with torch.no_grad():
+            for q in CANARY_PROMPTS:
+                prompt = fmt.render([{"role": "user", "content": q}])
+                item = TrainItem(0, "", prompt, resp, [0.0] * len(resp), 1.0, 0.0, False, None, "")
+                lps = response_logprobs(model, [item], device).logprobs_BT[0]
+                out.append({"prompt_ids": prompt, "response_ids": resp, "logprobs": lps.tolist()})
+    finally:
+        model.train()
     return out
