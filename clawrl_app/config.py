@@ -180,6 +180,11 @@ class JudgeSettings(_Section):
     and nothing was served in 24 turns (docs/learning.md)."""
     teacher_temperature: float = Field(default=1.0, gt=0.0, le=2.0)
     """Temperature of those further tries."""
+    teacher_cue: bool = False
+    """The teacher reads a request for less that states a small limit with a cue in words a
+    small model follows ("... at most 15 words." + " One short sentence."; at most 45 words
+    or two sentences: " Two short sentences."); its answer is still held to the request's
+    own limits. Off by default (docs/benchmarks/learning.md)."""
     teacher_cut: bool = False
     """For a hint that asks for less ("shorter", "at most 15 words"), the policy's own answer
     cut at the first sentence end where the teacher reading the hint would stop trains as a

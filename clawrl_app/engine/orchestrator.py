@@ -463,6 +463,7 @@ class Engine:
             cut=self.settings.judge.teacher_cut,
             tries=self.settings.judge.teacher_tries,
             temperature=self.settings.judge.teacher_temperature,
+            cue=self.settings.judge.teacher_cue,
         )
 
     async def rollback(

@@ -93,9 +93,11 @@ async def apply_feedback(
     cut: bool = False,
     tries: int = 0,
     temperature: float = 1.0,
+    cue: bool = False,
 ) -> JudgmentRow:
     """Record the rating (and hint with its teacher log-probs and, with `answer_tokens`,
-    the teacher's own answer under it, greedy then up to `tries` samples at `temperature`;
+    the teacher's own answer under it, greedy then up to `tries` samples at `temperature`,
+    reading the hint's form cue with `cue`;
     with `cut`, failing that, the answer cut where the teacher would stop); returns the
     judgment."""
     turn = resolve_turn(store, fb)
@@ -122,6 +124,7 @@ async def apply_feedback(
             cut,
             tries,
             temperature,
+            cue,
         )
         store.set_teacher_answer(row.sample_id, shown)
     if before is not None and before.judge_score is not None:  # live judge/user agreement

@@ -362,6 +362,7 @@ class JudgeLoop:
                     self.backend, self.formatter, turn, str(verdict.hint),
                     self.teacher_version(), self.answer_tokens, self.settings.teacher_cut,
                     self.settings.teacher_tries, self.settings.teacher_temperature,
+                    self.settings.teacher_cue,
                 )  # fmt: skip
         except Exception as exc:  # user plugin or judge endpoint failure: retried later
             self.failed += 1

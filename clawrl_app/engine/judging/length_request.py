@@ -59,6 +59,24 @@ def stated_limits(request: str) -> Limits:
     return Limits(found.get("words"), found.get("sentences"), found.get("lines"))
 
 
+def form_cue(request: str) -> str:
+    """What the teacher reads after a request for less that states a small limit, in words
+    a small model follows: " One short sentence." for at most 25 words, one sentence or one
+    line; " Two short sentences." for at most 45 words or two sentences; "" otherwise. The
+    base model read "Please answer in at most 15 words." and answered in 16-27 words; with
+    the cue it kept an answer the user asked for on more rejected turns of the users'
+    stores (bench/teacher_tries.py figures in docs/benchmarks/learning.md)."""
+    if not asks_for_less(request):
+        return ""
+    limits = stated_limits(request)
+    words = limits.words if limits.words is not None else 10**6
+    if words <= 25 or limits.sentences == 1 or limits.lines == 1:
+        return " One short sentence."
+    if words <= 45 or limits.sentences == 2:
+        return " Two short sentences."
+    return ""
+
+
 def sentence_count(text: str) -> int:
     """Sentence terminators in `text`, at least 1 for a non-empty text without one."""
     return max(len(_TERMINATOR_RE.findall(text)), 1 if text.strip() else 0)

@@ -49,7 +49,11 @@ from clawrl_app.degeneration import ngrams, words
 from clawrl_app.degeneration import score as form_of
 from clawrl_app.engine.backends.greedy import NoRoom, side_tokens
 from clawrl_app.engine.judging.heuristic_judge import last_user_message
-from clawrl_app.engine.judging.length_request import does_what_was_asked, says_something
+from clawrl_app.engine.judging.length_request import (
+    does_what_was_asked,
+    form_cue,
+    says_something,
+)
 from clawrl_app.engine.judging.prompts import HINT_MARKER, teacher_messages
 from clawrl_app.engine.judging.teacher_cut import teacher_cut
 from clawrl_app.engine.store.guard import plain_chat, request_budget
@@ -77,19 +81,23 @@ async def teacher_answer(
     default_tokens: int,
     tries: int = 0,
     temperature: float = 1.0,
+    cue: bool = False,
 ) -> list[int] | None:
     """The teacher's answer to the turn's prompt with `hint` (token ids, its end token
     included), at the budget the turn's request set (`default_tokens` when it set none):
     the greedy one, else the first of `tries` sampled ones that is kept; None when none is
     or the turn is not plain chat. Kept: it ended on its own, is neither degenerate nor
     empty, says something, does what a request for less asks of the turn's answer, does not
-    quote the hint and carries it (module docstring)."""
+    quote the hint and carries it (module docstring). With `cue`, the teacher reads the
+    hint with its `form_cue` ("... at most 15 words. One short sentence."); the answer
+    is still held to the hint's own limits."""
     req = turn.request
     messages = req.get("messages") or []
     if req.get("tools") or not plain_chat(messages):
         return None
     budget = request_budget(req) or default_tokens
-    hinted = teacher_messages(messages, hint)
+    read = hint + form_cue(hint) if cue else hint
+    hinted = teacher_messages(messages, read)
     for k in range(1 + max(0, tries)):
         t, seed = (0.0, None) if k == 0 else (temperature, turn.id * 101 + k)
         try:
@@ -98,7 +106,7 @@ async def teacher_answer(
             )
         except NoRoom:
             return None
-        if await _kept(backend, formatter, turn, messages, hint, ids, reason, version):
+        if await _kept(backend, formatter, turn, messages, (hint, read), ids, reason, version):
             return ids
     return None
 
@@ -108,22 +116,24 @@ async def _kept(
     formatter: ChatFormatter,
     turn: TurnRow,
     messages: list[dict[str, Any]],
-    hint: str,
+    hints: tuple[str, str],
     ids: list[int],
     reason: str | None,
     version: str | None,
 ) -> bool:
-    """Whether the teacher's answer `ids` may train as the turn's +1 sample."""
+    """Whether the teacher's answer `ids` may train as the turn's +1 sample; `hints`: the
+    user's hint and what the teacher read (the hint, or the hint and its cue)."""
+    hint, read = hints
     text = formatter.decode(ids)
     if reason != "stop" or not text.strip() or form_of(text).degenerate:
         return False
-    if quotes(text, hint) or quotes(text, HINT_MARKER, 2):  # the correction or its label
+    if quotes(text, read) or quotes(text, HINT_MARKER, 2):  # the correction or its label
         return False
     if not says_something(text, last_user_message(messages)) or not does_what_was_asked(
         text, turn.response_text, hint
     ):
         return False
-    gain = await hint_gain(backend, formatter, messages, hint, ids, version)
+    gain = await hint_gain(backend, formatter, messages, read, ids, version)
     return gain >= MIN_HINT_GAIN
 
 
@@ -152,14 +162,15 @@ async def teacher_shows(
     cut: bool,
     tries: int = 0,
     temperature: float = 1.0,
+    cue: bool = False,
 ) -> list[int] | None:
     """The +1 sample the teacher shows for a hinted turn: its own answer (`answer_tokens`
-    > 0, `teacher_answer` with its `tries`), else, with `cut`, the turn's answer cut where
-    it would stop (`teacher_cut`); None."""
+    > 0, `teacher_answer` with its `tries` and `cue`), else, with `cut`, the turn's answer
+    cut where it would stop (`teacher_cut`); None."""
     shown = None
     if answer_tokens:
         shown = await teacher_answer(
-            backend, formatter, turn, hint, version, answer_tokens, tries, temperature
+            backend, formatter, turn, hint, version, answer_tokens, tries, temperature, cue
         )
     if shown is None and cut:
         shown = await teacher_cut(backend, formatter, turn, hint, version)

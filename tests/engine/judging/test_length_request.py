@@ -7,6 +7,7 @@ import pytest
 from clawrl_app.engine.judging.length_request import (
     Limits,
     does_what_was_asked,
+    form_cue,
     says_something,
     sentence_count,
     stated_limits,
@@ -66,3 +67,18 @@ def test_a_lead_in_or_the_question_repeated_says_nothing() -> None:
     assert says_something("Yes.", "Hi?")  # a short question is not looked for
     assert not says_something("  ", q)
     assert sentence_count("No terminator") == 1 and sentence_count("") == 0
+
+
+def test_the_form_cue_names_the_small_limit_in_words_a_small_model_follows() -> None:
+    assert form_cue("Too long. Please answer in at most 15 words.") == " One short sentence."
+    assert form_cue(DOZEN) == " One short sentence."
+    assert form_cue("Can you say that in one sentence?") == " One short sentence."
+    assert form_cue("Shorter please, 25 words max.") == " One short sentence."
+    assert form_cue("Way too much text. Give me the gist in two sentences.") == (
+        " Two short sentences."
+    )
+    assert form_cue("Under 40 words, please.") == " Two short sentences."
+    assert form_cue("Shorter please, 100 words max.") == ""  # not a small limit
+    assert form_cue("Shorter please.") == ""  # no limit stated
+    assert form_cue("Please use bullet points, one point per line.") == ""  # not about length
+    assert form_cue("Too short, give me at least 30 words.") == ""  # asks for more

@@ -324,3 +324,47 @@ def test_further_tries_find_an_answer_the_greedy_teacher_could_not_show(
     seeds = [s for _, s in calls[1:]]
     assert len(set(seeds)) == len(seeds) >= 1 and len(calls) <= 9
     assert drawn[-1] == kept  # the first kept one ends the tries
+
+
+def test_the_teacher_reading_the_form_cue_shows_what_the_dozen_user_asked_for(
+    loaded_model: tuple[Any, Any], tmp_path: Path
+) -> None:
+    """Real model, torch backend, greedy. Reading "That is a lot of text. Keep it to about a
+    dozen words, please." the teacher answers photosynthesis as if it had not read the hint
+    (dropped, above); reading it with its form cue (" One short sentence.",
+    `judge.teacher_cue`) it answers within the dozen words, and the answer is kept: held to
+    the request's own limit, and the hint it read explains it."""
+    import asyncio
+    from unittest.mock import patch
+
+    from clawrl_app.engine.backends.pytorch.backend import TorchBackend
+    from clawrl_app.engine.judging import teacher_answer as ta
+
+    model, tok = loaded_model
+    fmt = ChatFormatter(tok)
+    _, row, _ = photosynthesis_turns(tmp_path)
+    dozen = "That is a lot of text. Keep it to about a dozen words, please."
+    read: list[str] = []
+    real = ta.side_tokens
+
+    async def spy(*args: Any) -> tuple[list[int], str | None]:
+        read.append(str(args[3][-1]["content"]))
+        return await real(*args)
+
+    async def go() -> tuple[Any, Any]:
+        be = TorchBackend(model, tok, model_name="m", context_length=2048)
+        await be.start()
+        try:
+            with patch.object(ta, "side_tokens", spy):
+                plain = await ta.teacher_answer(be, fmt, row, dozen, None, 64)
+                cued = await ta.teacher_answer(be, fmt, row, dozen, None, 64, cue=True)
+            return plain, cued
+        finally:
+            await be.stop()
+
+    plain, cued = asyncio.run(go())
+    assert plain is None
+    assert not read[0].endswith("One short sentence.")
+    assert read[1].endswith(dozen + " One short sentence.")
+    assert cued is not None, "the cued teacher's answer was dropped"
+    assert 0 < len(fmt.decode(cued).split()) <= 12
