@@ -470,9 +470,15 @@ def request_sentences(text: str) -> list[str]:
     return found
 
 
+_OWN_CONDITION_RE = re.compile(r"^\W*(?:if|when|since|as|because) (?:i|we)\b[^,?]*,\s*", _I)
+"""A leading clause about the user's own circumstances ("If I only have a short stopover,"):
+its words describe the user's situation, not the answer; the rest of the sentence decides."""
+
+
 def change_request(text: str) -> str | None:
     """The name of the first change request or complaint about the answer in `text`."""
     for sentence in sentences(text):
+        sentence = _OWN_CONDITION_RE.sub("", sentence) or sentence
         for clause in [sentence, *clauses(sentence)]:
             kind = request_kind(clause)
             if kind:

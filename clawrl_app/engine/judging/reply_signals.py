@@ -33,6 +33,8 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         "shorter",
         re.compile(
             r"(?<!much )(?<!way )(?<!far )\bshorter\b(?!\s+[\w-]+\s+(?:for|of|in|on) (?:my|our)\b)|"
+            r"\bin (?:about |roughly |maybe )?(?:half|a third|a quarter) (?:the|of the) "
+            r"(?:space|length|words|size)\b|\bhalf as long\b|"
             r"\b(?:much|way|far) shorter\b(?!\W+(?:thanks|thank you|thx|ty|cheers)\b)",
             _I,
         ),
@@ -47,7 +49,43 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"\b(?:doesn'?t|does not|didn'?t|did not|isn'?t|is not|not) work(?:s|ing)?\b", _I
         ),
     ),
-    ("broken", re.compile(r"\b(?:still )?broken\b|\bstill (?:fails|failing)\b", _I)),
+    (
+        "broken",
+        # the answer or its code broken, not a thing of the user's ("the heating's broken")
+        re.compile(
+            r"^\W*(?:still )?broken\b|\bstill (?:fails|failing)\b|\b(?:it|this|that|still|"
+            r"code|script|link|output|answer|function|query|command|build|tests?|formatting|"
+            r"table|markdown)(?:'s|\s+is|\s+was|\s+are|\s+looks|\s+seems)?\s+(?:still\s+)?broken\b",
+            _I,
+        ),
+    ),
+    (
+        "would have done",
+        # "thanks for the dissertation. one line would've done": less was wanted
+        re.compile(
+            r"\b(?:one|a|two|three|a few|a couple of|\d+) (?:short )?(?:lines?|sentences?|words?|"
+            r"paragraphs?|bullets?|points?) (?:would(?:'ve| have)? (?:done|sufficed|been "
+            r"(?:enough|fine|plenty))|would (?:do|suffice|have been enough))\b",
+            _I,
+        ),
+    ),
+    (
+        "another version",
+        re.compile(
+            r"\b(?:do|give me|write|make|try|need) (?:a|the|another) (?:\w+ )?version (?:for|of it|"
+            r"that|with|without|in)\b",
+            _I,
+        ),
+    ),
+    (
+        "was after",
+        # "I was actually after its role in WWII": the answer missed what was asked
+        re.compile(
+            r"(?<!what )\bi was (?:actually |really |more |rather )?(?:after|hoping for|asking "
+            r"about)(?=\s+[a-z0-9])",
+            _I,
+        ),
+    ),
     (
         "fails",
         re.compile(
@@ -185,7 +223,9 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"\bwhat i was (?:after|looking for)\b|\b(?:is|was) all i (?:needed|wanted|asked for)\b|"
             r"\bchef'?s kiss\b|\b(?:is|it'?s|this is|that'?s) (?:very|really|so|pretty) good\b|"
             r"^\W*(?:ace|ta|brill|champion)\b|\bta (?:very much|muchly)\b|"
-            r"^\W*good\W*(?:$|[,!.]\s*(?:that'?s|this is|thanks|thank you|now|next)\b)",
+            r"^\W*good\W*(?:$|[,!.]\s*(?:that'?s|this is|thanks|thank you|now|next)\b)|"
+            r"\b(?:that'?s|this is|it'?s) (?:good|great)\W*$|"
+            r"\b(?:banger|goated|slaps|bussin)\b",
             _I,
         ),
     ),

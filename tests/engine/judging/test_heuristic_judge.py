@@ -444,3 +444,30 @@ def test_classify_turn_reads_the_last_user_message() -> None:
         "next_state": "whats the shortcut",
     }
     assert classify_turn(item_input(item)).reason == "user correction signal: repeated question"
+
+
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        # round 12 of the blind phrasings, first sight: sarcasm behind thanks / "cool"
+        ("thanks for the dissertation. one line would've done", -1),
+        ("cool, now do the version for people who don't have an hour to spare", -1),
+        ("I wonder if you could say the same thing in about half the space?", -1),
+        ("I was actually after its role in WWII, can you focus on that?", -1),
+        ("thank you!! exactly the facts I was after", 1),  # "was after" at the end approves
+        ("Can't think of anything to add, really — that's good.", 1),
+        ("goated answer ngl", 1),
+        # the user's own things and new tasks, whatever their form words
+        ("it's freezing in my flat today, the heating's broken", 0),
+        ("Still broken.", -1),
+        ("If I only have a short stopover, is it worth going up?", 0),
+        ("since im on my phone, shorter please", -1),
+        ("Write a short list of things to pack for a rainy weekend.", 0),
+        ("make a table comparing three budget airlines I could use to get to Paris", 0),
+        ("Let me try it and get back to you.", 0),
+    ],
+)
+def test_round_12_phrasings_heard_after_first_sight(reply: str, score: int) -> None:
+    verdict = classify_next_state("user", reply)
+    assert verdict.score == score, verdict
+    assert (verdict.hint is not None) == (score == -1)
