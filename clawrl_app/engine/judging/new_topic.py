@@ -40,10 +40,10 @@ _QUOTED_RE = re.compile(r"(?<!\w)(['\"\u2018\u201c])([^'\"\u2018\u2019\u201c\u20
 # the user steps away: "gotta run, lunch. back in 20", "brb", "afk 10 min"
 _AWAY_RE = re.compile(
     r"^\W*(?:(?:ok|okay|k|alright|right)\W+)?(?:brb|afk|be right back|got(?:ta| to) "
-    r"(?:run|go|dash)|back in \d+)\b|"
+    r"(?:run|go|dash)|back in \d+|"
     # "Let me try it and get back to you.": the verdict comes later
-    r"^\W*(?:(?:ok|okay|k|alright|right)\W+)?(?:let me|i'?ll|i will) (?:try|test|run|check) "
-    r"(?:it|this|that)(?: out)? (?:and|then) (?:get back to you|report back|let you know)\b",
+    r"(?:let me|i'?ll|i will) (?:try|test|run|check) (?:it|this|that)(?: out)? (?:and|then) "
+    r"(?:get back to you|report back|let you know))\b",
     _I,
 )
 
@@ -74,15 +74,17 @@ _ANSWER_BACK_RE = re.compile(
 )
 # "write me a short note to my landlord, no more than 3 lines": a new piece of writing, whose
 # own requests ("short", "no more than 3 lines") are about it, not about the answer
+_ASKED_TO_MAKE = r"^\W*(?:(?:can|could|would|will) you (?:please )?|please )?"
 _NEW_PIECE_RE = re.compile(
-    r"^\W*(?:(?:can|could|would|will) you (?:please )?|please )?"
-    r"(?:write|draft|compose|make|create|prepare|put together) (?:me |us )?(?:a|an|another|some) "
-    r"(?:[\w'-]+ ){0,3}?(?:note|e-?mail|letter|message|text|post|reply|invitation|invite|poem|"
-    r"story|speech|toast|card|caption|bio|list|plan|schedule|checklist|agenda|recipe|script|"
-    r"song)s? (?:to|for|about|saying|asking|telling|inviting|thanking|from)\b|"
-    r"^\W*(?:(?:can|could|would|will) you (?:please )?|please )?(?:write|make|create|draw up|"
-    r"put together) (?:me |us )?(?:a|an) (?:[\w'-]+ ){0,2}?(?:list|table|chart) (?:of (?:things|"
-    r"ideas|places|tips|ways|items|questions|reasons|stuff)|comparing (?!it\b|this\b|that\b))",
+    _ASKED_TO_MAKE + r"(?:(?:write|draft|compose|make|create|prepare|put together) (?:me |us )?"
+    r"(?:a|an|another|some) (?:[\w'-]+ ){0,3}?(?:note|e-?mail|letter|message|text|post|reply|"
+    r"invitation|invite|poem|story|speech|toast|card|caption|bio|list|plan|schedule|checklist|"
+    r"agenda|recipe|script|song)s? (?:to|for|about|saying|asking|telling|inviting|thanking|"
+    r"from)\b|"
+    # "write a list of things to pack", "make a table comparing three airlines"
+    r"(?:write|make|create|draw up|put together) (?:me |us )?(?:a|an) (?:[\w'-]+ ){0,2}?"
+    r"(?:list|table|chart) (?:of (?:things|ideas|places|tips|ways|items|questions|reasons|stuff)|"
+    r"comparing (?!it\b|this\b|that\b)))",
     _I,
 )
 

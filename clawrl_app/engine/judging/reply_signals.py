@@ -10,6 +10,9 @@ from clawrl_app.engine.judging.change_requests import ENDORSEMENT_RE
 
 _I = re.IGNORECASE
 
+_CODE_THINGS = r"tests?|build|script|code|query|command"
+"""What of an answer's code can fail or be broken."""
+
 USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "no",
@@ -54,8 +57,8 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         # the answer or its code broken, not a thing of the user's ("the heating's broken")
         re.compile(
             r"^\W*(?:still )?broken\b|\bstill (?:fails|failing)\b|\b(?:it|this|that|still|"
-            r"code|script|link|output|answer|function|query|command|build|tests?|formatting|"
-            r"table|markdown)(?:'s|\s+is|\s+was|\s+are|\s+looks|\s+seems)?\s+(?:still\s+)?broken\b",
+            rf"{_CODE_THINGS}|link|output|answer|function|formatting|table|markdown)"
+            r"(?:'s|\s+is|\s+was|\s+are|\s+looks|\s+seems)?\s+(?:still\s+)?broken\b",
             _I,
         ),
     ),
@@ -89,7 +92,7 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "fails",
         re.compile(
-            r"\b(?:the )?(?:tests?|build|script|code|query|command|job) (?:still )?fail(?:s|ed)?\b",
+            rf"\b(?:the )?(?:{_CODE_THINGS}|job) (?:still )?fail(?:s|ed)?\b",
             _I,
         ),
     ),

@@ -106,7 +106,7 @@ async def teacher_answer(
             )
         except NoRoom:
             return None
-        if await _kept(backend, formatter, turn, messages, (hint, read), ids, reason, version):
+        if await _kept(backend, formatter, turn, messages, hint, read, ids, reason, version):
             return ids
     return None
 
@@ -116,14 +116,14 @@ async def _kept(
     formatter: ChatFormatter,
     turn: TurnRow,
     messages: list[dict[str, Any]],
-    hints: tuple[str, str],
+    hint: str,
+    read: str,
     ids: list[int],
     reason: str | None,
     version: str | None,
 ) -> bool:
-    """Whether the teacher's answer `ids` may train as the turn's +1 sample; `hints`: the
-    user's hint and what the teacher read (the hint, or the hint and its cue)."""
-    hint, read = hints
+    """Whether the teacher's answer `ids` may train as the turn's +1 sample; `read`: what
+    the teacher read (`hint`, or `hint` and its cue)."""
     text = formatter.decode(ids)
     if reason != "stop" or not text.strip() or form_of(text).degenerate:
         return False
