@@ -102,7 +102,7 @@ _ASKED_RE = re.compile(
     _I,
 )
 _QUESTION_WORD_RE = re.compile(
-    r"^(?:how|what|whats|which|who|when|where|why|does|do|did|is|are|was|have|has|will|"
+    r"^(?:(?:or|and|so) )?(?:how|what|whats|which|who|when|where|why|does|do|did|is|are|was|have|has|will|"
     r"should|can|could|would(?! be\b))\b",
     _I,
 )
@@ -199,6 +199,10 @@ ENDORSEMENT_RE = re.compile(
     r"^(?:\w+\W+){0,3}(?:this|that|the|your) (?:length|size|format|tone|style|amount of detail|"
     r"level of detail) is (?:\w+ )?(?:good|fine|right|perfect|great|ideal|spot on|just right)\b|"
     r"\bnot too (?:long|short|wordy|brief)\W+(?:and |but |or )?not too (?:long|short|wordy|brief)\b|"
+    # "clear and not too long, exactly what I needed": praise by what it is not
+    r"\b(?:clear|short|simple|concise|quick|easy|friendly|good|nice|helpful),? and not too "
+    r"(?:long|short|wordy|technical|much|brief)\b|"
+    r"^\W*no [\w -]{1,30}, (?:just )?[\w -]{1,30}, (?:just )?the way i like (?:it|them)\b|"
     r"\b(?:answers?|replies|responses|this|that|it) (?:like (?:this|that) )?(?:is|are|was) "
     r"(?:just )?(?:ideal|perfect|spot on)\b|"
     r"\bnot (?:a|one) (?:single )?(?:word|sentence|line) too (?:many|much|long)\b|"
@@ -294,7 +298,12 @@ _NOT_A_REQUEST_RE = re.compile(
     r"(?:this|that) way|(?:this|that|so) \w+)\b|"
     # "keep this for later", "save it for Friday": the user keeps the answer
     r"^(?:keep|save|store|remember) (?:it|them|that|this)(?: \w+)? for (?:later|tomorrow|next|"
-    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|the \w+)\b",
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|the \w+)\b|"
+    # the user's own doings: "back from Iceland - ...", "don't want to thrash the disk"
+    r"^(?:just )?(?:back|home) (?:from|at|in)\b|^(?:don'?t|do not) want to\b|"
+    r"^never (?:understood|knew|realised|realized|thought|got|noticed|saw|heard)\b|"
+    # "do they round differently?": a question about the world, not a request
+    r"^(?:do|does|did) (?:they|i|we|he|she|people|both|these|those)\b",
     _I,
 )
 _OPENING_RE = re.compile(

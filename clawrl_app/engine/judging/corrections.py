@@ -78,7 +78,8 @@ CONTRADICTION_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "wasn't it",
         re.compile(
-            rf"\b(?:wasn'?t|isn'?t|shouldn'?t|doesn'?t|didn'?t) (?:it|that|this|there)\b"
+            rf"\b(?:wasn'?t|isn'?t|aren'?t|weren'?t|shouldn'?t|doesn'?t|didn'?t) (?:it|that|this|"
+            rf"there|they|those|these)\b"
             rf"{_NO_PRAISE_AFTER}",
             _I,
         ),

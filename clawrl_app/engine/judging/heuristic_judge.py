@@ -83,7 +83,7 @@ from clawrl_app.engine.judging.reply_signals import USER_NEGATIVE_PATTERNS, USER
 from clawrl_app.engine.judging.reply_values import bare_name, near_miss, replacement_value
 from clawrl_app.engine.judging.spelling import respell
 
-HEURISTIC_RULES_VERSION = "heuristic-v11"
+HEURISTIC_RULES_VERSION = "heuristic-v12"
 """Bump when any pattern below changes; recorded with every heuristic verdict."""
 
 _I = re.IGNORECASE
@@ -148,6 +148,7 @@ _BENIGN_AGAIN_RE = re.compile(
     r"\b(?:would|will|'ll|'d|gonna)\s+(?:\w+\s+)?(?:ask|use|come|do|read|visit|recommend|buy|"
     r"order|go)\s+(?:\w+\s+)?again\b|"
     r"\b(?:need|use|want|see|read|check|open)\s+(?:it|this|that|them)\s+again\b|"
+    r"\b(?:i|we|he|she|they) can (?:\w+ ){0,4}again\b|"
     r"^\W*(?:what|whats|what's|who|whos|who's|where|when|how|which)\b[^.!?]*\bagain\W*$",
     _I,
 )

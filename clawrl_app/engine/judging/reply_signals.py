@@ -22,7 +22,15 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             _I,
         ),
     ),
-    ("wrong", re.compile(r"\bwrong\b", _I)),
+    (
+        "wrong",
+        # not in reported speech: "he'll say you're wrong no matter what"
+        re.compile(
+            r"(?<!\bsay you're )(?<!\bsay you are )(?<!\bsays you're )(?<!\bsay it's )"
+            r"(?<!\bsay i'm )(?<!\bsaid you're )(?<!\bthink you're )\bwrong\b",
+            _I,
+        ),
+    ),
     ("incorrect", re.compile(r"\bincorrect\b", _I)),
     ("not what I asked", re.compile(r"\bnot what i (?:asked|wanted|meant)\b", _I)),
     ("try again", re.compile(r"\btry (?:it )?again\b", _I)),
@@ -31,11 +39,21 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("I said", re.compile(r"\bi said\b", _I)),
     ("I asked", re.compile(r"\bi asked\b", _I)),
     ("please don't", re.compile(r"\bplease (?:don'?t|do not)\b", _I)),
-    ("stop", re.compile(r"\bstop\b", _I)),
+    (
+        "stop",
+        # not a place to stop ("anywhere good to stop for lunch?", "which metro stop")
+        re.compile(
+            r"(?<!\ba )(?<!\bthe )(?<!\bbus )(?<!\bmetro )(?<!\bnext )(?<!\bpit )(?<!\bthey )"
+            r"(?<!\bto )\bstop\b(?!\s+(?:for|at|by|off|over)\b)|\bto stop (?:doing|adding|using|"
+            r"writing|saying|putting|being|it|that|this)\b",
+            _I,
+        ),
+    ),
     (
         "shorter",
         re.compile(
-            r"(?<!much )(?<!way )(?<!far )\bshorter\b(?!\s+[\w-]+\s+(?:for|of|in|on) (?:my|our)\b)|"
+            r"(?<!much )(?<!way )(?<!far )\bshorter\b(?!\s+[\w-]+\s+(?:for|of|in|on) (?:my|our)\b)"
+            r"(?!\s+(?:way|method|route|trick|formula|path) (?:to|of)\b)|"
             r"\bin (?:about |roughly |maybe )?(?:half|a third|a quarter) (?:the|of the) "
             r"(?:space|length|words|size)\b|\bhalf as long\b|"
             r"\b(?:much|way|far) shorter\b(?!\W+(?:thanks|thank you|thx|ty|cheers)\b)",
@@ -66,9 +84,15 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         "would have done",
         # "thanks for the dissertation. one line would've done": less was wanted
         re.compile(
-            r"\b(?:one|a|two|three|a few|a couple of|\d+) (?:short )?(?:lines?|sentences?|words?|"
-            r"paragraphs?|bullets?|points?) (?:would(?:'ve| have)? (?:done|sufficed|been "
-            r"(?:enough|fine|plenty))|would (?:do|suffice|have been enough))\b",
+            # and "... one fix would have done, thanks": whatever the one thing is
+            r"\b(?:one|a|a single|two|three|a few|a couple of|\d+) (?:short |quick |simple )?"
+            r"[\w-]+ (?:would(?:'ve| have)? (?:done|sufficed|been (?:enough|fine|plenty))|"
+            r"would (?:do|suffice|have been enough))\b"
+            r"(?!\s+(?:it|that|this|me|us|him|her|them|the|so|better|worse|nicely)\b)|"
+            r"\bwould(?:'ve| have) (?:been (?:plenty|enough)|sufficed)\b(?!\s+(?:to|for)\b)|"
+            # "three tips, one short line each": a size for each part of the answer
+            r"\b(?:one|a|two|three|\d+) (?:short |brief )?(?:lines?|sentences?|words?|bullets?) "
+            r"(?:each|apiece|per (?:item|tip|point|step|day|thing|one))\b",
             _I,
         ),
     ),
@@ -121,9 +145,99 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ),
     (
         "reports an error",
+        # also "oh great, swapped to the f-string and now it's SyntaxError": a fix that failed
         re.compile(
-            r"\b(?:i get|i got|getting|it throws|throws|threw|gives me) (?:an? |the )?"
-            r"(?:error|exception|traceback|\w+Error|\w+Exception)\b",
+            r"\b(?:i get|i got|getting|it throws|throws|threw|gives me|now (?:it'?s|it is|it "
+            r"says|i get|i'?m getting|there'?s|it throws)) (?:an? |the )?"
+            r"(?:error|exception|traceback|\w+Error|\w+Exception)\b|"
+            r"\bnow it (?:crashes|fails|errors|breaks|hangs)\b|\bsomething'?s (?:off|wrong|not right)\b|"
+            # a pasted error: "find: -printf: unknown primary or operator. awesome."
+            r"(?:^|\s)[\w./-]+: (?:[^\s:]+: )?(?:unknown|invalid|illegal|unrecogni[sz]ed|no such|"
+            r"command not found|permission denied|cannot|can't)\b|\b\w+(?:Error|Exception): \w|"
+            # "it stopped looping. it also stopped updating": the fix broke something else
+            r"\b(?:also|now|just) stopped (?:working|updating|loading|saving|showing|syncing|"
+            r"responding|rendering|printing|running|opening)\b|\bso that'?s (?:fun|great|nice)\W*$|"
+            r"\b(?:worse|stiffer|sorer|slower|weaker|tighter|more painful) than (?:before|it was|"
+            r"yesterday|last time)\b|\banything else (?:i|we) (?:can|could|should|might) try\b",
+            _I,
+        ),
+    ),
+    (
+        "just tell me",
+        # "my phone's on 3%, just tell me which one to grab": the answer said too much
+        re.compile(r"\bjust (?:tell|give|show) me (?:which|what|the|one|a|how)\b", _I),
+    ),
+    (
+        "won't get through",
+        # "they won't get past line three", "he's not getting through four numbered points"
+        re.compile(
+            r"\b(?:won'?t|wouldn'?t|will never|never|not|can'?t) (?:get(?:ting)? (?:past|through)|"
+            r"read(?:ing)? (?:all|past|through|beyond|that much))\b|\battention span\b|"
+            r"\breads? (?:it |them |those |these |this )?on (?:his|her|my|their|a) phone\b",
+            _I,
+        ),
+    ),
+    (
+        "can't it",
+        # "can't it print MB or GB like a normal human?": a request put as a complaint
+        re.compile(
+            r"\bcan'?t (?:it|you|this|that) (?:just )?(?:print|show|say|use|give|be|list|output|"
+            r"display|do|sound|read)\b|"
+            r"\b(?:isn'?t|is not|that'?s not|wasn'?t) (?:a|an|really an?) (?:recommendation|answer|"
+            r"explanation|summary|fix|solution|plan|comparison)\b|"
+            r"\bwhat about\b[^.?!]*\?+\s*(?:that'?s|this is|it'?s) (?:kind of |sort of |really |"
+            r"actually )?what i (?:was hoping for|wanted|was after|needed|asked)",
+            _I,
+        ),
+    ),
+    (
+        "longer on it",
+        re.compile(r"\b(?:spend|take|go|stay) (?:\w+ ){0,2}longer on (?:it|this|that|each)\b", _I),
+    ),
+    (
+        "does it have to be",
+        re.compile(
+            r"\b(?:does|did|do) (?:it|this|that|they|these|the \w+) (?:have|need) to (?:be|sound|look|read) "
+            r"(?:a |so |this |that |quite so |such an? )?(?:whole |full |entire |long |\w+ )?"
+            r"\w+\s*\?",
+            _I,
+        ),
+    ),
+    (
+        "set it out as",
+        re.compile(
+            r"\b(?:set|lay) (?:it|this|that|them|these|those) out\b|"
+            r"\b(?:turn|put|present|format|arrange|recast|redo|rewrite) (?:it|this|that|them|"
+            r"these|those) (?:as|into) (?:a|an|one|two|three|\d+)\b",
+            _I,
+        ),
+    ),
+    (
+        "pitch it for",
+        # "pitch it for a year 5 class please, they won't follow the a/b stuff"
+        re.compile(
+            r"\bpitch (?:it|this|that) (?:at|for|to)\b|\b(?:they|he|she|i|we|kids|people) "
+            r"(?:won'?t|wouldn'?t|can'?t|couldn'?t|didn'?t|don'?t) (?:follow|understand|get) "
+            r"(?:the|this|that|it|any of|all)\b",
+            _I,
+        ),
+    ),
+    (
+        "none of these",
+        re.compile(
+            r"\bnone of (?:these|those|them|this|that|your \w+)\b(?!\s+(?:is|are) (?:wrong|bad|a "
+            r"problem)\b)",
+            _I,
+        ),
+    ),
+    (
+        "sources",
+        # "is any of this backed by actual studies? link me the research please"
+        re.compile(
+            r"\b(?:link|cite|add|give|show|send|include) (?:me |us )?(?:the |some |a few |any )?"
+            r"(?:links?|sources?|citations?|references?|research|studies|evidence)\b|"
+            r"\bbacked (?:up )?by\b|\bwhere (?:are|is|did|do) (?:these|this|those|that|the \w+)"
+            r" (?:\w+ )?(?:from|come from)\b",
             _I,
         ),
     ),
@@ -173,6 +287,10 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"\bthat'?s what i'?ll (?:send|use|post|say|print|submit|go with)\b|"
             r"\b(?:printing|posting|submitting|forwarding) (?:it|this|that)(?: (?:now|off|out|over))*\W*$|"
             r"\bit compiles\b|\bcompiles now\b|"
+            # "pushed the abortcontroller version, ...", "went with the Kobo after this"
+            r"\b(?:pushed|deployed|shipped|merged|committed|applied|installed) (?:it|this|that|the "
+            r"(?:[\w-]+ ){0,2}(?:version|fix|change|patch|one))\b|"
+            r"\b(?:went|going|gone) with (?:the|your) (?!flow\b)\w+|"
             r"\b(?!what\b|where\b|how\b|who\b|why\b|which\b|when\b)\w+ it is\W*$",
             _I,
         ),
@@ -214,6 +332,9 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"\bsaved (?:me|my|us|our|the day)\b|\bwent (?:really |so |super )?(?:well|great|"
             r"smoothly)\b|\bi'?m (?:stealing|borrowing|keeping) (?:that|this|it)\b|"
             r"\bloved (?:it|this|that|the|these|those|your|how)\b|\bcomplimented\b|"
+            # the outcome reported: "the kids scraped the pan clean", "huge hit"
+            r"\b(?:huge|big|real|massive|total|a) (?:hit|success)\b|\bscraped (?:the|their) "
+            r"\w+ clean\b|\bwent down a (?:treat|storm)\b|\bcleared (?:the|their) plates?\b|"
             r"\b(?:that'?s|this is|just|exactly) (?:the \w+ |what )i (?:wanted|needed|asked for)\b",
             _I,
         ),
@@ -228,7 +349,13 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"^\W*(?:ace|ta|brill|champion)\b|\bta (?:very much|muchly)\b|"
             r"^\W*good\W*(?:$|[,!.]\s*(?:that'?s|this is|thanks|thank you|now|next)\b)|"
             r"\b(?:that'?s|this is|it'?s) (?:good|great)\W*$|"
-            r"\b(?:banger|goated|slaps|bussin)\b",
+            r"\b(?:banger|goated|slaps|bussin|ftw)\b|[,.!]\s*ta\b\W*$|\byes,? chef\b|"
+            r"\bi'?ll take it\b|\b(?:a )?fair (?:summary|answer|point|enough)\b|"
+            r"\blegend\W*$|^\W*legend\b|\byou(?:'re| are) a legend\b|"
+            r"\b(?:was|is|so|really|very|super|genuinely|actually|incredibly) useful\b|"
+            r"\bfirst time (?:in my life|ever|in years)\b|\bone of the (?:best|strongest)\b|"
+            r"\bgot (?:an? )?(?:[A-F][+-]?|\d+(?:/\d+)?|full marks|top marks) (?:on|for) (?:it|this|"
+            r"that|the \w+)\b|\bthe way i like (?:it|them)\b",
             _I,
         ),
     ),

@@ -471,3 +471,85 @@ def test_round_12_phrasings_heard_after_first_sight(reply: str, score: int) -> N
     verdict = classify_next_state("user", reply)
     assert verdict.score == score, verdict
     assert (verdict.hint is not None) == (score == -1)
+
+
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        # round 13 of the blind phrasings, first sight: sarcasm behind thanks / "great"
+        (
+            "wow, three solutions and a pep talk for a one-word bug. one fix would have done, thanks",
+            -1,
+        ),
+        ("a nap would have done me good, thanks", 1),  # "would have done me": no size asked
+        ("oh great, swapped it and now it's SyntaxError: invalid syntax", -1),
+        ("followed it to the letter and it came out thin, something's off", -1),
+        ("three tips, one short line each, nothing more", -1),
+        ("my phone's on 3%, just tell me which one to grab", -1),
+        ("does it have to be a whole paragraph? I just want one name", -1),
+        ("Could you set it out as a timeline, date on the left?", -1),
+        ("pitch it for a year 5 class please, they won't follow the a/b stuff", -1),
+        ("none of these are any use in winter. anything indoors?", -1),
+        ("is any of this backed by actual studies? link me the research please", -1),
+        # outcomes reported and hedged approvals
+        ("made it tonight, the kids scraped the pan clean", 1),
+        ("got him the meter, huge hit", 1),
+        ("f-string ftw, ta", 1),
+        (
+            "I was half expecting a textbook mess, but honestly that's a fair summary. I'll take it.",
+            1,
+        ),
+        # form words in a question of the user's own, and a new piece of writing
+        ("is there a shorter way to find the reciprocal, or do I convert it first?", 0),
+        ("Write a short lullaby I can sing to my baby.", 0),
+    ],
+)
+def test_round_13_phrasings_heard_after_first_sight(reply: str, score: int) -> None:
+    verdict = classify_next_state("user", reply)
+    assert verdict.score == score, verdict
+    assert (verdict.hint is not None) == (score == -1)
+
+
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        # round 14, first sight: sarcasm behind "lovely" / "awesome" / "cool", failed fixes
+        (
+            "lovely, it stopped looping. it also stopped updating when I switch users. so that's fun",
+            -1,
+        ),
+        ("find: -printf: unknown primary or operator. awesome. it's a macbook btw", -1),
+        (
+            "cool, didn't expect a tour of every flag. the one-liner on its own would've been plenty",
+            -1,
+        ),
+        (
+            "did the stretches for two days and it's stiffer than before. anything else I can try?",
+            -1,
+        ),
+        # readers who will not get through it, requests put as complaints
+        ("my uncle has the attention span of a goldfish", -1),
+        ("they won't get past line three", -1),
+        ("bytes?? can't it print MB or GB like a normal human?", -1),
+        ("'either will do' isn't a recommendation, it's a shrug. which would you get?", -1),
+        ("where are crooks and curley's wife?? aren't they the loneliest characters", -1),
+        # outcomes reported, praise by what it is not
+        ("did the short walks for 3 days and I can tie my own shoes again. thank you!!", 1),
+        ("clear and not too long, exactly what I needed. thanks", 1),
+        ("no waffle, just the facts, the way I like it. going with the kobo", 1),
+        ("pushed the abortcontroller version, dashboard went flat. ty", 1),
+        ("got a 7 on it!! miss said my intro was one of the strongest", 1),
+        ("deleted it. disk at 61% now, legend", 1),
+        ("back from Iceland - those microspikes saved us. thanks for that one", 1),
+        # the world's things, not the answer's
+        ("he'll say you're wrong no matter what, that's just how he is", 0),
+        ("the drive looks long, is there anywhere good to stop for lunch?", 0),
+        ("what's the difference between the two, do they round differently?", 0),
+        ("I'll run it tonight, don't want to thrash the disk right now", 0),
+        ("please stop adding emojis", -1),
+    ],
+)
+def test_round_14_phrasings_heard_after_first_sight(reply: str, score: int) -> None:
+    verdict = classify_next_state("user", reply)
+    assert verdict.score == score, verdict
+    assert (verdict.hint is not None) == (score == -1)
