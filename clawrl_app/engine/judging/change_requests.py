@@ -66,7 +66,7 @@ _FORM_NOUNS = (
 _COMPARATIVES = (
     r"shorter|longer|briefer|brief|concise|succinct|short|simpler|simple|plainer|plain|"
     r"clearer|tighter|crisper|punchier|kinder|warmer|friendlier|nicer|softer|gentler|"
-    r"calmer|cooler|formal(?:ly)?|informal|casual(?:ly)?|professional(?:ly)?|friendly|"
+    r"calmer|cooler|funnier|lighter|livelier|snappier|cheerier|wittier|formal(?:ly)?|informal|casual(?:ly)?|professional(?:ly)?|friendly|"
     r"relaxed|neutral|calm|direct(?:ly)?|specific|concrete|serious|polite|empathetic|"
     r"human|detailed|precise|objective|matter-of-fact|honest|blunt|plainly|simply|"
     r"step by step|properly|correctly|differently|instead|deeper|further|calmly|neutrally|"
@@ -196,6 +196,9 @@ ENDORSEMENT_RE = re.compile(
     r"(?:that|this|so|like (?:this|that))?\s*(?:$|[.,!;]|every|from|going|in future)|"
     r"\blike (?:this|that) (?:every time|all the time|from now on|always|going forward|in future)\b|"
     r"\bexactly (?:the \w+ |what |how )i (?:want|like|need)\b|"
+    r"\bexactly (?:the |what |how )(?:[\w-]+ ){1,5}?i (?:wanted|needed|was after)\b|"
+    r"\b(?:not a thing|nothing|not one thing) (?:wrong with (?:it|this|that)|(?:to|i'?d|i would) "
+    r"change)\b|"
     r"^(?:\w+\W+){0,3}(?:this|that|the|your) (?:length|size|format|tone|style|amount of detail|"
     r"level of detail) is (?:\w+ )?(?:good|fine|right|perfect|great|ideal|spot on|just right)\b|"
     r"\bnot too (?:long|short|wordy|brief)\W+(?:and |but |or )?not too (?:long|short|wordy|brief)\b|"
@@ -302,13 +305,15 @@ _NOT_A_REQUEST_RE = re.compile(
     # the user's own doings: "back from Iceland - ...", "don't want to thrash the disk"
     r"^(?:just )?(?:back|home) (?:from|at|in)\b|^(?:don'?t|do not) want to\b|"
     r"^never (?:understood|knew|realised|realized|thought|got|noticed|saw|heard)\b|"
+    # "dropped it in, dragged it down, ...": what the user did, not what to do
+    r"^\w+ed (?:it|them|this|that) (?:in|down|up|out|over|on|into|across)\b|^no point\b|"
     # "do they round differently?": a question about the world, not a request
     r"^(?:do|does|did) (?:they|i|we|he|she|people|both|these|those)\b",
     _I,
 )
 _OPENING_RE = re.compile(
     rf"^(?:(?:a (?:bit|little|lot)|much|way|far) )?(?:less|more|fewer)\s+\w+|"
-    rf"^(?:no|without)\s+(?:more\s+)?(?:\w+\s+)?(?:{_FORM_NOUNS})\b"
+    rf"^(?:no|without)\s+(?!point\s+\w+ing\b)(?:more\s+)?(?:\w+\s+)?(?:{_FORM_NOUNS})\b"
     r"(?!\s+and (?:the|it|its|all)\b)|^only\b",
     _I,
 )

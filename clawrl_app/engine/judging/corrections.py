@@ -130,7 +130,14 @@ CONTRADICTION_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         "too formal",
         re.compile(rf"\b(?:too|a bit|bit|kinda|kind of|a little) (?:{_TONE_WORDS})\b", _I),
     ),
-    ("you missed", re.compile(r"\b(?:you|u) (?:missed|left out|skipped|ignored)\b", _I)),
+    (
+        "you missed",
+        re.compile(
+            r"\b(?:you|u) (?:kind of |kinda |sort of |completely |totally |just )?(?:missed|left out|"
+            r"skipped|ignored)\b",
+            _I,
+        ),
+    ),
     (
         "doesn't run",
         re.compile(

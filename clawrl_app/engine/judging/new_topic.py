@@ -18,20 +18,22 @@ _I = re.IGNORECASE
 
 _TOPIC = (
     r"(?:different|separate|side|random|quick|short|new|unrelated|other|another|"
-    r"totally different|completely different) (?:question|task|topic|subject|request)\b"
+    r"totally different|completely different) (?:question|q|task|topic|subject|request)\b"
 )
 _MARKER_RE = re.compile(
     # at the start of the reply or of a clause: "Unrelated, but ...", "thanks. different
     # question: ...", "so random question: ..." ("You answered a different question." is
     # no marker: it complains)
-    rf"(?:^|[.!?;,]\s*|\b(?:so|and|ok|okay|also|oh|but|now|alright|anyway|hey)\s+)"
+    rf"(?:^|[^\w\s'\"]\s*|\b(?:so|and|ok|okay|also|oh|but|now|alright|anyway|hey)\s+)"
     rf"(?:(?:a|one|totally|completely)\s+)?(?P<m>unrelated\b|off[- ]topic\b|{_TOPIC}|"
     r"on (?:another|a different|an unrelated) note\b|change of (?:topic|subject)\b|"
     r"chang(?:e|ing) the (?:topic|subject)\b)|"
     # anywhere, when a colon or a comma follows: "another thing while I remember: ..."
     rf"\b(?P<c>while i remember|before i forget|{_TOPIC})\s*[:,\-\u2013\u2014]|"
     # "different thing: ...", "new one: ...": only with a colon or a dash after them
-    r"(?:^|[.!?;,]\s*)(?P<d>(?:a )?(?:different|new|other|separate) (?:thing|one))\s*[:\-\u2013\u2014]",
+    r"(?:^|[.!?;,]\s*)(?P<d>(?:a )?(?:different|new|other|separate) (?:thing|one))\s*[:\-\u2013\u2014]|"
+    # "separate thing, how do I ...": a comma will do after "thing" at the start
+    r"^\W*(?P<e>(?:a )?(?:separate|different|unrelated|other) thing)\s*,",
     _I,
 )
 # a quoted span: opening quote not inside a word ("don't" is no quote), at most 80 chars
@@ -64,7 +66,7 @@ def new_topic(text: str) -> NewTopic | None:
     match = _MARKER_RE.search(plain)
     if match is None:
         return None
-    name = next(g for g in ("m", "c", "d") if match.group(g))
+    name = next(g for g in ("m", "c", "d", "e") if match.group(g))
     return NewTopic(plain[: match.start(name)].strip(" ,;:-\u2014"), match.group(name))
 
 

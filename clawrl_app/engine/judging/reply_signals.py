@@ -27,7 +27,8 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         # not in reported speech: "he'll say you're wrong no matter what"
         re.compile(
             r"(?<!\bsay you're )(?<!\bsay you are )(?<!\bsays you're )(?<!\bsay it's )"
-            r"(?<!\bsay i'm )(?<!\bsaid you're )(?<!\bthink you're )\bwrong\b",
+            r"(?<!\bsay i'm )(?<!\bsaid you're )(?<!\bthink you're )(?<!\bnothing )"
+            r"(?<!\bnot a thing )\bwrong\b(?!\s+(?:evening|night|day|week|moment|month|year) to\b)",
             _I,
         ),
     ),
@@ -53,15 +54,25 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         "shorter",
         re.compile(
             r"(?<!much )(?<!way )(?<!far )\bshorter\b(?!\s+[\w-]+\s+(?:for|of|in|on) (?:my|our)\b)"
-            r"(?!\s+(?:way|method|route|trick|formula|path) (?:to|of)\b)|"
+            r"(?!\s+(?:way|method|route|trick|formula|path) (?:to|of)\b)(?!\s+(?:fuse|temper)\b)|"
             r"\bin (?:about |roughly |maybe )?(?:half|a third|a quarter) (?:the|of the) "
             r"(?:space|length|words|size)\b|\bhalf as long\b|"
-            r"\b(?:much|way|far) shorter\b(?!\W+(?:thanks|thank you|thx|ty|cheers)\b)",
+            r"\b(?:much|way|far) shorter\b(?!\W+(?:thanks|thank you|thx|ty|cheers)\b)"
+            r"(?!\s+(?:fuse|temper|\w+ than (?:my|his|her|our|their|the last))\b)",
             _I,
         ),
     ),
     ("too long", re.compile(r"\btoo (?:long|short|verbose|wordy)\b", _I)),
-    ("instead", re.compile(r"\binstead\b", _I)),
+    (
+        "instead",
+        # not in a question about what the user does ("should I be checking it ... instead?"),
+        # nor in the answer's own advice praised ("the bit about putting X instead of Y ...")
+        re.compile(
+            r"^(?![^.?!]*\b(?:should|do|can|could|must|shall) i\b[^.?!]*\binstead\b)"
+            r"(?!\W*the (?:bit|part|line|tip|idea|trick) (?:about|of|where|with)\b).*?\binstead\b",
+            _I,
+        ),
+    ),
     ("should be", re.compile(r"\bshould be\b", _I)),
     ("you forgot", re.compile(r"\b(?:you|u) (?:forgot|missed|didn'?t)\b", _I)),
     (
@@ -123,7 +134,7 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "not how",
         re.compile(
-            r"\b(?:is|are|'s) not how (?:we|you|i|people|one)\b|"
+            r"\b(?:is|are|'s) not how (?:we|you|i|people|one|it|this|that)\b|"
             r"\b(?:isn'?t|aren'?t) how (?:we|you|i|people|one)\b",
             _I,
         ),
@@ -191,6 +202,23 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ),
     ),
     (
+        "just the one",
+        # "I just wanted the one formula, honestly", "Could I get just the SQL?", "query only pls"
+        re.compile(
+            r"(?<!what )(?<!that )\bi (?:just|only|really only) (?:wanted|needed|asked for) (?:the|a|"
+            r"one|an)\b|\b(?:could|can|may) i (?:get|have) (?:just|only) (?:the|a|an)\b|"
+            r"\b[\w-]+ only,? (?:pls|please|plz)\b|\b(?:alone|only) next time\b|"
+            r"\blike a (?:normal|real|regular) (?:person|human|human being)\b|"
+            r"\bsomething (?:less|more|a bit less|a bit more) \w+\W*\?|"
+            r"\bcan (?:the|it|this) \w+ (?:come|go|be) (?:first|last|at the top|earlier|up top)\b|"
+            r"\bwhat should (?:that|this|it) (?:bit |part |line )?(?:actually )?be\b|"
+            r"\bwhere (?:does|do|should) [\w ]{1,30} (?:go|fit|come in) in (?:all )?(?:this|that|it)\b|"
+            r"\b(?:explain|go (?:through|over)) (?:the|that|this|it)\b[^.?!]{0,40}\b(?:more|in more) "
+            r"(?:thoroughly|slowly|detail|depth|carefully)\b",
+            _I,
+        ),
+    ),
+    (
         "longer on it",
         re.compile(r"\b(?:spend|take|go|stay) (?:\w+ ){0,2}longer on (?:it|this|that|each)\b", _I),
     ),
@@ -248,7 +276,10 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("thanks", re.compile(r"\b(?:thanks|thank you|thx|ty|tysm|cheers|merci|gracias|danke)\b", _I)),
     ("great", re.compile(r"\bgreat\b", _I)),
     ("perfect", re.compile(r"\bperfect\b", _I)),
-    ("that works", re.compile(r"\b(?:that|this|it) works\b|^\W*works\b", _I)),
+    (
+        "that works",
+        re.compile(r"(?<!why )(?<!how )(?<!if )\b(?:that|this|it) works\b|^\W*works\b", _I),
+    ),
     ("exactly", re.compile(r"\bexactly\b", _I)),
     ("awesome", re.compile(r"\bawesome\b", _I)),
     ("got it", re.compile(r"\bgot it\b", _I)),
@@ -355,7 +386,9 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"\b(?:was|is|so|really|very|super|genuinely|actually|incredibly) useful\b|"
             r"\bfirst time (?:in my life|ever|in years)\b|\bone of the (?:best|strongest)\b|"
             r"\bgot (?:an? )?(?:[A-F][+-]?|\d+(?:/\d+)?|full marks|top marks) (?:on|for) (?:it|this|"
-            r"that|the \w+)\b|\bthe way i like (?:it|them)\b",
+            r"that|the \w+)\b|\bthe way i like (?:it|them)\b|"
+            r"\byou were (?:right|spot on|correct)\b|\bfair play\b|\bis (?:pure )?gold\b|"
+            r"(?:^|[.!]\s*)keeping (?:that|this|it)\b|\bsorted (?:it|this|that)\b",
             _I,
         ),
     ),

@@ -174,8 +174,11 @@ def test_phrasings_set_is_well_formed() -> None:
         assert row["split"] in ("train", "heldout")
         # a correction expects a hint unless it names nothing to change ("wrong.")
         assert not row["hint_expected"] or row["label"] == -1
-        assert row["hint_expected"] or row["label"] != -1 or len(row["reply"].split()) == 1
         assert (row["label"] == -1) is (row["kind"] in ("length", "format", "tone", "content"))
+    # a bare complaint ("wrong.", "umm no. that's not how it works") names nothing to change:
+    # a few of the corrections
+    corrections = [row for row in rows if row["label"] == -1]
+    assert sum(not row["hint_expected"] for row in corrections) <= 0.05 * len(corrections)
     replies = [row["reply"] for row in rows]
     assert len(replies) == len(set(replies))
 

@@ -553,3 +553,43 @@ def test_round_14_phrasings_heard_after_first_sight(reply: str, score: int) -> N
     verdict = classify_next_state("user", reply)
     assert verdict.score == score, verdict
     assert (verdict.hint is not None) == (score == -1)
+
+
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        # round 15, first sight: sarcastic thanks before a request for just the one thing
+        ("Many thanks for the partitioning advice. Could I get just the SQL?", -1),
+        ("wow, three methods and a love letter to pivot tables. I just wanted the one formula", -1),
+        (
+            "'Your safety is our top priority!' thanks 😂 could you just talk like a normal person",
+            -1,
+        ),
+        (
+            "fascinating stuff, my mates were thrilled to hear it mid-game 🙃 the rule alone next time?",
+            -1,
+        ),
+        ("standup in 2 mins, query only pls", -1),
+        ("could it be funnier?? my cousins will heckle me", -1),
+        ("can the joke come first? you want the laugh early", -1),
+        ("where does council tax go in all this?", -1),
+        ("you kind of skipped what I actually type in there", -1),
+        ("umm no. that's not how it works", -1),
+        # approvals in negative words, outcomes, a comma after "separate thing"
+        ("not a thing wrong with that, it's exactly what I was after", 1),
+        ("nothing I'd change, that's a plan I can actually stick to", 1),
+        ("wasn't expecting much tbh but the sticker thing sorted it. fair play", 1),
+        ("gave it a week and... yeah. you were right", 1),
+        ("¡gracias! this is great 😄 quick q though, is it worth learning vosotros?", 1),
+        ("the line about Priya is GOLD. keeping that", 1),
+        ("separate thing, how do I dump just one table with mysqldump?", 0),
+        ("she's got a much shorter fuse than my last cat, that's for sure", 0),
+        ("I'll start on the 1st, no point kicking off mid-month", 0),
+        ("should I be checking it in the afternoon instead?", 0),
+        ("use bullets instead", -1),
+    ],
+)
+def test_round_15_phrasings_heard_after_first_sight(reply: str, score: int) -> None:
+    verdict = classify_next_state("user", reply)
+    assert verdict.score == score, verdict
+    assert (verdict.hint is not None) == (score == -1)
