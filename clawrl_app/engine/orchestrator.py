@@ -42,6 +42,7 @@ from clawrl_app.engine.core.events import (
 from clawrl_app.engine.environments.jobs import EnvJobs
 from clawrl_app.engine.judging.feedback import Feedback, apply_feedback, parse_feedback
 from clawrl_app.engine.judging.judge import JudgeLoop, build_judge
+from clawrl_app.engine.judging.teacher_answer import TeacherShowing
 from clawrl_app.engine.judging.teacher_check import TeacherCheck
 from clawrl_app.engine.publishing.guard import RegressionGuard
 from clawrl_app.engine.publishing.publisher import Publisher
@@ -460,10 +461,7 @@ class Engine:
             events=self._emit,
             topk=self.judge_loop.topk,
             answer_tokens=self.judge_loop.answer_tokens,
-            cut=self.settings.judge.teacher_cut,
-            tries=self.settings.judge.teacher_tries,
-            temperature=self.settings.judge.teacher_temperature,
-            cue=self.settings.judge.teacher_cue,
+            showing=TeacherShowing.of(self.settings.judge),
         )
 
     async def rollback(

@@ -18,7 +18,7 @@ from clawrl_app.engine.chat.formatter import ChatFormatter
 from clawrl_app.engine.chat.openai_schema import ApiError, reject_lone_surrogates
 from clawrl_app.engine.core.events import EventSink, TurnRated
 from clawrl_app.engine.judging.judge import teacher_logprobs, teacher_topk
-from clawrl_app.engine.judging.teacher_answer import teacher_shows
+from clawrl_app.engine.judging.teacher_answer import GREEDY, TeacherShowing, teacher_shows
 from clawrl_app.engine.store import JudgmentRow, Store, TurnRow
 
 
@@ -90,16 +90,10 @@ async def apply_feedback(
     events: EventSink | None = None,
     topk: int = 0,
     answer_tokens: int = 0,
-    cut: bool = False,
-    tries: int = 0,
-    temperature: float = 1.0,
-    cue: bool = False,
+    showing: TeacherShowing = GREEDY,
 ) -> JudgmentRow:
     """Record the rating (and hint with its teacher log-probs and, with `answer_tokens`,
-    the teacher's own answer under it, greedy then up to `tries` samples at `temperature`,
-    reading the hint's form cue with `cue`;
-    with `cut`, failing that, the answer cut where the teacher would stop); returns the
-    judgment."""
+    the +1 sample the teacher shows under it, as `showing` says); returns the judgment."""
     turn = resolve_turn(store, fb)
     sample = next(
         (s for s in store.samples_for_session(turn.session_id) if s.turn_id == turn.id), None
@@ -121,10 +115,7 @@ async def apply_feedback(
             fb.hint,
             teacher_version,
             answer_tokens,
-            cut,
-            tries,
-            temperature,
-            cue,
+            showing,
         )
         store.set_teacher_answer(row.sample_id, shown)
     if before is not None and before.judge_score is not None:  # live judge/user agreement

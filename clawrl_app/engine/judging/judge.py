@@ -35,7 +35,7 @@ from clawrl_app.engine.judging.prompts import (
     prm_messages,
     teacher_messages,
 )
-from clawrl_app.engine.judging.teacher_answer import teacher_shows
+from clawrl_app.engine.judging.teacher_answer import TeacherShowing, teacher_shows
 from clawrl_app.engine.judging.teacher_check import TeacherCheck
 from clawrl_app.engine.judging.votes import majority_vote, parse_boxed, parse_hint_vote, select_hint
 from clawrl_app.engine.store import SampleRow, Store, TurnRow
@@ -360,9 +360,7 @@ class JudgeLoop:
                 )
                 shown = await teacher_shows(
                     self.backend, self.formatter, turn, str(verdict.hint),
-                    self.teacher_version(), self.answer_tokens, self.settings.teacher_cut,
-                    self.settings.teacher_tries, self.settings.teacher_temperature,
-                    self.settings.teacher_cue,
+                    self.teacher_version(), self.answer_tokens, TeacherShowing.of(self.settings),
                 )  # fmt: skip
         except Exception as exc:  # user plugin or judge endpoint failure: retried later
             self.failed += 1

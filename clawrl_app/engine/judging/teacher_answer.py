@@ -43,6 +43,7 @@ ratio 1. So the tries are off by default (`teacher_tries = 0`).
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from clawrl_app.degeneration import ngrams, words
@@ -59,12 +60,39 @@ from clawrl_app.engine.judging.teacher_cut import teacher_cut
 from clawrl_app.engine.store.guard import plain_chat, request_budget
 
 if TYPE_CHECKING:
+    from clawrl_app.config import JudgeSettings
     from clawrl_app.engine.backends.base import Backend
     from clawrl_app.engine.chat.formatter import ChatFormatter
     from clawrl_app.engine.store import TurnRow
 
 MIN_HINT_GAIN = 0.2
 """Nats per token the hint must add to the teacher's log-prob of its own answer."""
+
+
+@dataclass(frozen=True)
+class TeacherShowing:
+    """How the teacher shows a hinted turn its +1 sample (the `judge.teacher_*` settings):
+    greedy, then up to `tries` answers sampled at `temperature`; with `cue`, reading the
+    hint's form cue; with `cut`, failing an answer, the turn's answer cut where it would
+    stop."""
+
+    tries: int = 0
+    temperature: float = 1.0
+    cue: bool = False
+    cut: bool = False
+
+    @classmethod
+    def of(cls, settings: JudgeSettings) -> TeacherShowing:
+        return cls(
+            settings.teacher_tries,
+            settings.teacher_temperature,
+            settings.teacher_cue,
+            settings.teacher_cut,
+        )
+
+
+GREEDY = TeacherShowing()
+"""The teacher's greedy answer alone (the defaults)."""
 
 
 def quotes(answer: str, hint: str, n: int = 3) -> bool:
@@ -79,16 +107,14 @@ async def teacher_answer(
     hint: str,
     version: str | None,
     default_tokens: int,
-    tries: int = 0,
-    temperature: float = 1.0,
-    cue: bool = False,
+    showing: TeacherShowing = GREEDY,
 ) -> list[int] | None:
     """The teacher's answer to the turn's prompt with `hint` (token ids, its end token
     included), at the budget the turn's request set (`default_tokens` when it set none):
-    the greedy one, else the first of `tries` sampled ones that is kept; None when none is
+    the greedy one, else the first of `showing.tries` sampled ones that is kept; None when none is
     or the turn is not plain chat. Kept: it ended on its own, is neither degenerate nor
     empty, says something, does what a request for less asks of the turn's answer, does not
-    quote the hint and carries it (module docstring). With `cue`, the teacher reads the
+    quote the hint and carries it (module docstring). With `showing.cue`, the teacher reads the
     hint with its `form_cue` ("... at most 15 words. One short sentence."); the answer
     is still held to the hint's own limits."""
     req = turn.request
@@ -96,10 +122,10 @@ async def teacher_answer(
     if req.get("tools") or not plain_chat(messages):
         return None
     budget = request_budget(req) or default_tokens
-    read = hint + form_cue(hint) if cue else hint
+    read = hint + form_cue(hint) if showing.cue else hint
     hinted = teacher_messages(messages, read)
-    for k in range(1 + max(0, tries)):
-        t, seed = (0.0, None) if k == 0 else (temperature, turn.id * 101 + k)
+    for k in range(1 + max(0, showing.tries)):
+        t, seed = (0.0, None) if k == 0 else (showing.temperature, turn.id * 101 + k)
         try:
             ids, reason = await side_tokens(
                 backend, formatter, version or "base", hinted, budget, t, seed
@@ -159,19 +185,16 @@ async def teacher_shows(
     hint: str,
     version: str | None,
     answer_tokens: int,
-    cut: bool,
-    tries: int = 0,
-    temperature: float = 1.0,
-    cue: bool = False,
+    showing: TeacherShowing = GREEDY,
 ) -> list[int] | None:
     """The +1 sample the teacher shows for a hinted turn: its own answer (`answer_tokens`
-    > 0, `teacher_answer` with its `tries` and `cue`), else, with `cut`, the turn's answer
+    > 0, `teacher_answer` as `showing` says), else, with `showing.cut`, the turn's answer
     cut where it would stop (`teacher_cut`); None."""
     shown = None
     if answer_tokens:
         shown = await teacher_answer(
-            backend, formatter, turn, hint, version, answer_tokens, tries, temperature, cue
+            backend, formatter, turn, hint, version, answer_tokens, showing
         )
-    if shown is None and cut:
+    if shown is None and showing.cut:
         shown = await teacher_cut(backend, formatter, turn, hint, version)
     return shown

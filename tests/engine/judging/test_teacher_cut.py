@@ -152,7 +152,7 @@ def test_the_real_teacher_cuts_a_long_answer_for_a_length_request_only(
     from clawrl_app.engine.backends.greedy import greedy_tokens
     from clawrl_app.engine.backends.pytorch.backend import TorchBackend
     from clawrl_app.engine.chat.formatter import ChatFormatter
-    from clawrl_app.engine.judging.teacher_answer import teacher_shows
+    from clawrl_app.engine.judging.teacher_answer import TeacherShowing, teacher_shows
     from clawrl_app.engine.store import NewTurn, Store
 
     model, tok = loaded_model
@@ -172,12 +172,18 @@ def test_the_real_teacher_cuts_a_long_answer_for_a_length_request_only(
                 ))  # fmt: skip
             assert row is not None and reason == "length"
             short = await teacher_shows(
-                be, fmt, row, "Shorter please, 25 words max.", None, 0, True
+                be, fmt, row, "Shorter please, 25 words max.", None, 0, TeacherShowing(cut=True)
             )
             plain = await teacher_shows(
-                be, fmt, row, "Please don't use exclamation marks or emoji.", None, 0, True
+                be,
+                fmt,
+                row,
+                "Please don't use exclamation marks or emoji.",
+                None,
+                0,
+                TeacherShowing(cut=True),
             )
-            off = await teacher_shows(be, fmt, row, "Shorter please, 25 words max.", None, 0, False)
+            off = await teacher_shows(be, fmt, row, "Shorter please, 25 words max.", None, 0)
             return ids, short, plain, off
         finally:
             await be.stop()

@@ -308,7 +308,9 @@ def test_further_tries_find_an_answer_the_greedy_teacher_could_not_show(
         try:
             greedy_only = await ta.teacher_answer(be, fmt, row, dozen, None, 64)
             with patch.object(ta, "side_tokens", spy):
-                kept = await ta.teacher_answer(be, fmt, row, dozen, None, 64, 8, 1.0)
+                kept = await ta.teacher_answer(
+                    be, fmt, row, dozen, None, 64, ta.TeacherShowing(tries=8, temperature=1.0)
+                )
             gain = await ta.hint_gain(be, fmt, msgs, dozen, kept or [], None) if kept else 0.0
             return greedy_only, kept, gain
         finally:
@@ -357,7 +359,9 @@ def test_the_teacher_reading_the_form_cue_shows_what_the_dozen_user_asked_for(
         try:
             with patch.object(ta, "side_tokens", spy):
                 plain = await ta.teacher_answer(be, fmt, row, dozen, None, 64)
-                cued = await ta.teacher_answer(be, fmt, row, dozen, None, 64, cue=True)
+                cued = await ta.teacher_answer(
+                    be, fmt, row, dozen, None, 64, ta.TeacherShowing(cue=True)
+                )
             return plain, cued
         finally:
             await be.stop()
