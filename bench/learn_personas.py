@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from learn_pool import WIDE_POOL
+
 from clawrl_app.engine.judging.heuristic_judge import corrective_hint
 
 _TERMINATOR_RE = re.compile(r"[.!?]+(?=[\s\"')\]*]|$)")
@@ -568,14 +570,16 @@ USERS: dict[str, Persona] = {**POOL_USERS, **_late_users()}
 
 def form_pool(persona: Persona) -> tuple[str, ...]:
     """The prompts a user's degeneration is measured on: its own held-out prompts first, then
-    every other user's held-out prompts (no user of the bench trains on any of them), without
-    repeats and without the user's training prompts. About 50 prompts of five kinds
-    (questions, lists, explanations, cheerful requests, advice), so a rate moves by 0.02 per
-    answer: ten held-out prompts alone cannot show a rise of 0.05 (one answer is 0.10)."""
+    every other user's held-out prompts and the 120 of `learn_pool.WIDE_POOL` (no user of the
+    bench trains on any of them), without repeats and without the user's training prompts.
+    About 170 prompts of five kinds (questions, lists, explanations, cheerful requests,
+    advice), so a rate moves by 0.006 per answer: on the 50 before 2026-12-03, three fragile
+    prompts carried the "looping" label, and a second sample of 120 agreed with it on 8 of
+    16 versions (docs/benchmarks/learning.md)."""
     seen = set(persona.train_prompts)
     pool: list[str] = []
     others = (q for u in POOL_USERS.values() for q in u.heldout_prompts)
-    for p in (*persona.heldout_prompts, *others):
+    for p in (*persona.heldout_prompts, *others, *WIDE_POOL):
         if p not in seen:
             seen.add(p)
             pool.append(p)

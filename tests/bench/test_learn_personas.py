@@ -148,7 +148,9 @@ def test_every_users_form_pool_is_unseen_by_it_and_large_enough_to_read_005() ->
 
     for user in USERS.values():
         pool = form_pool(user)
-        assert len(pool) >= 40 and len(set(pool)) == len(pool), user.name
+        # a rise of 0.05 is 8 answers or more, not 2-3 (three fragile prompts decided the label
+        # on the 50 of the pool before 2026-12-03)
+        assert len(pool) >= 160 and len(set(pool)) == len(pool), user.name
         assert not set(pool) & set(user.train_prompts), user.name
         assert pool[: len(user.heldout_prompts)] == tuple(
             p for p in user.heldout_prompts if p not in user.train_prompts
