@@ -2,20 +2,22 @@
 the bench's form pool and on the guard's own prompt sets, side by side.
 
 `bench/learn.py --keep-home` keeps each run's engine home. For every kept checkpoint (and the
-base model) this answers, greedily with torch (f32):
-- `pool`: the user's form pool (`learn_personas.form_pool`, ~50 prompts) at the user's
-  max_tokens: the bench's label (*looping*: its degeneration rate exceeds the base's by more
-  than 0.05, issue #29's bar);
-- `budget`: the 48 shipped open prompts at the same length (what the guard's check at the
-  user's length answers, 24 of them and 24 more to confirm);
-- `own`: the user's own (trained) prompts at the same length (what the guard's check on the
-  user's prompts answers).
-It prints per version each set's rate against the base's, how often the same bar on the
-guard's 48 prompts agrees with the pool's label, and which pool prompts carry the new loops.
-Answers are cached per home in `--cache` (JSON), so a second run only scores.
+base model) this answers, greedily with torch (f32), at the user's max_tokens:
+- `pool`: the user's form pool (`learn_personas.form_pool`, ~170 prompts), read in two
+  parts: the ~50 held-out prompts of the bench's users (the whole pool before 2026-12-03)
+  and the 120 of `learn_pool.WIDE_POOL`. A version *loops* on a part when its degeneration
+  rate there exceeds the base's by more than 0.05 (issue #29's bar);
+- `budget`: the 48 shipped open prompts (what the guard's check at the user's length
+  answers, 24 of them and 24 more to confirm);
+- `own`: the user's own (trained) prompts (what the guard's check on the user's prompts
+  answers).
+It prints per version each set's rise over the base, how often the two parts of the pool
+agree on "loops", how often the 48 open prompts agree with the whole pool, and which of the
+first part's prompts carry its new loops. Answers are cached per home in `--cache` (JSON),
+so a second run only scores.
 
 Run: `CLAWRL_HOME=/tmp/clawrl-dev HF_HUB_OFFLINE=1 .venv/bin/python bench/guard_label_noise.py
-      /tmp/clawrl-learn-brevity-dozen-XXXX [...]` (about 1 minute per checkpoint on 2 cores)
+      /tmp/clawrl-learn-brevity-dozen-XXXX [...]` (1-3 minutes per checkpoint on 2 cores)
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from learn_personas import USERS, form_pool  # noqa: E402
+from learn_pool import WIDE_POOL  # noqa: E402
 
 from clawrl_app.degeneration import score  # noqa: E402
 from clawrl_app.general_eval import load_open_prompts  # noqa: E402
@@ -97,40 +100,51 @@ def rate(texts: list[str]) -> tuple[float, list[bool]]:
     return sum(flags) / len(flags), flags
 
 
+def rise(mine: list[bool], base: list[bool], keep: list[int]) -> float:
+    """The degeneration rate's rise over the base's on the answers at `keep`."""
+    return (sum(mine[i] for i in keep) - sum(base[i] for i in keep)) / len(keep)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("homes", type=Path, nargs="+")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/guard-label-noise"))
     args = ap.parse_args()
-    print("| user | version | pool (base) | open prompts at the user's length (base) | "
-          "the user's own prompts (base) | looping (pool) | same bar on the open prompts |")  # fmt: skip
+    print("| user | version | rise: pool's first ~50 | rise: its 120 more | rise: whole pool | "
+          "rise: 48 open prompts | rise: the user's own prompts |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
-    agree = total = 0
+    parts = whole = total = 0
     carriers: Counter[str] = Counter()
     new_total = 0
     for home in args.homes:
         rec = answer_home(home, args.cache)
         prompts = sets_of(rec["user"])["pool"][0]
-        base = {k: rate(v) for k, v in rec["versions"]["base"].items()}
+        wide = set(WIDE_POOL)
+        first = [i for i, p in enumerate(prompts) if p not in wide]
+        more = [i for i, p in enumerate(prompts) if p in wide]
+        every = list(range(len(prompts)))
+        base = {k: rate(v)[1] for k, v in rec["versions"]["base"].items()}
         for name, sets in rec["versions"].items():
             if name == "base":
                 continue
-            mine = {k: rate(v) for k, v in sets.items()}
-            loops = mine["pool"][0] - base["pool"][0] > BAR
-            guard = mine["budget"][0] - base["budget"][0] > BAR
-            agree += loops == guard
+            mine = {k: rate(v)[1] for k, v in sets.items()}
+            r1, r2, r = (rise(mine["pool"], base["pool"], k) for k in (first, more, every))
+            rb = rise(mine["budget"], base["budget"], list(range(len(base["budget"]))))
+            ro = rise(mine["own"], base["own"], list(range(len(base["own"]))))
+            parts += (r1 > BAR) == (r2 > BAR)
+            whole += (r > BAR) == (rb > BAR)
             total += 1
-            for p, m, b in zip(prompts, mine["pool"][1], base["pool"][1], strict=True):
-                if m and not b:
-                    carriers[p] += 1
+            for i in first:
+                if mine["pool"][i] and not base["pool"][i]:
+                    carriers[prompts[i]] += 1
                     new_total += 1
-            cells = [f"{mine[k][0]:.2f} ({base[k][0]:.2f})" for k in ("pool", "budget", "own")]
-            print(f"| {rec['user']} | {name.split('@')[0]} | " + " | ".join(cells)
-                  + f" | {'yes' if loops else 'no'} | {'yes' if guard else 'no'} |")  # fmt: skip
+            cells = [f"{x:+.3f}" for x in (r1, r2, r, rb, ro)]
+            print(f"| {rec['user']} | {name.split('@')[0]} | " + " | ".join(cells) + " |")
     print(
-        f"\nthe same bar on the 48 open prompts agrees with the pool's label on {agree} of {total}"
+        f"\n'loops' (rise > {BAR}) on the pool's first part and on its 120 more agree on "
+        f"{parts} of {total} versions; the 48 open prompts and the whole pool on {whole}"
     )
-    print(f"{new_total} new loops on the pool; the prompts that carry the most:")
+    print(f"{new_total} new loops on the pool's first part; the prompts that carry the most:")
     for p, c in carriers.most_common(5):
         print(f"  {c:3d}  {p}")
 
