@@ -66,7 +66,15 @@ CONTRADICTION_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             _I,
         ),
     ),
-    ("pretty sure", re.compile(rf"\b(?:pretty sure|(?:are )?you sure)\b{_NO_PRAISE_AFTER}", _I)),
+    (
+        "pretty sure",
+        # not a cause the user guesses at: "pretty sure this is because someone force-pushed"
+        re.compile(
+            rf"\b(?:pretty sure|(?:are )?you sure)\b(?!\s+(?:this|it|that)(?:'s| is| was) "
+            rf"(?:because|due to|from)\b){_NO_PRAISE_AFTER}",
+            _I,
+        ),
+    ),
     (
         "I thought",
         re.compile(
@@ -126,6 +134,15 @@ CONTRADICTION_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ),
     ),
     ("rather than", re.compile(r"\brather than\b", _I)),
+    (
+        "not me",
+        # "I'm a new grad. This sounds like someone else entirely.": written for another person
+        re.compile(
+            r"\b(?:sounds|reads|looks) like (?:someone|somebody) else\b|"
+            r"\b(?:that'?s|this is|that is|it'?s) not (?:me|who i am)\W*$",
+            _I,
+        ),
+    ),
     (
         "too formal",
         re.compile(rf"\b(?:too|a bit|bit|kinda|kind of|a little) (?:{_TONE_WORDS})\b", _I),

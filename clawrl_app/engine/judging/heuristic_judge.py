@@ -83,7 +83,7 @@ from clawrl_app.engine.judging.reply_signals import USER_NEGATIVE_PATTERNS, USER
 from clawrl_app.engine.judging.reply_values import bare_name, near_miss, replacement_value
 from clawrl_app.engine.judging.spelling import respell
 
-HEURISTIC_RULES_VERSION = "heuristic-v12"
+HEURISTIC_RULES_VERSION = "heuristic-v13"
 """Bump when any pattern below changes; recorded with every heuristic verdict."""
 
 _I = re.IGNORECASE

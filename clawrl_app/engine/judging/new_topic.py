@@ -29,7 +29,7 @@ _MARKER_RE = re.compile(
     r"on (?:another|a different|an unrelated) note\b|change of (?:topic|subject)\b|"
     r"chang(?:e|ing) the (?:topic|subject)\b)|"
     # anywhere, when a colon or a comma follows: "another thing while I remember: ..."
-    rf"\b(?P<c>while i remember|before i forget|{_TOPIC})\s*[:,\-\u2013\u2014]|"
+    rf"\b(?P<c>while i remember|before i forget|while i'?m here|{_TOPIC})\s*[:,\-\u2013\u2014]|"
     # "different thing: ...", "new one: ...": only with a colon or a dash after them
     r"(?:^|[.!?;,]\s*)(?P<d>(?:a )?(?:different|new|other|separate) (?:thing|one))\s*[:\-\u2013\u2014]|"
     # "separate thing, how do I ...": a comma will do after "thing" at the start

@@ -45,7 +45,8 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         # not a place to stop ("anywhere good to stop for lunch?", "which metro stop")
         re.compile(
             r"(?<!\ba )(?<!\bthe )(?<!\bbus )(?<!\bmetro )(?<!\bnext )(?<!\bpit )(?<!\bthey )"
-            r"(?<!\bto )\bstop\b(?!\s+(?:for|at|by|off|over)\b)|\bto stop (?:doing|adding|using|"
+            r"(?<!\bto )(?<!\bi )(?<!\bonce you )(?<!\bwhen you )(?<!\bif you )\bstop\b"
+            r"(?!\s+(?:for|at|by|off|over)\b)|\bto stop (?:doing|adding|using|"
             r"writing|saying|putting|being|it|that|this)\b",
             _I,
         ),
@@ -169,7 +170,10 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"\b(?:also|now|just) stopped (?:working|updating|loading|saving|showing|syncing|"
             r"responding|rendering|printing|running|opening)\b|\bso that'?s (?:fun|great|nice)\W*$|"
             r"\b(?:worse|stiffer|sorer|slower|weaker|tighter|more painful) than (?:before|it was|"
-            r"yesterday|last time)\b|\banything else (?:i|we) (?:can|could|should|might) try\b",
+            r"yesterday|last time)\b|\banything else (?:i|we) (?:can|could|should|might) try\b|"
+            r"\b(?:don'?t|doesn'?t|won'?t|didn'?t) match\b|\breturns? (?:an? )?(?:empty|blank|nothing|"
+            r"none|null|nan)\b|\band now it says\b|\bwhat did i miss\b|"
+            r"\b(?:examples?|details?|info|numbers?|format) i gave you\b",
             _I,
         ),
     ),
@@ -214,7 +218,19 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"\bwhat should (?:that|this|it) (?:bit |part |line )?(?:actually )?be\b|"
             r"\bwhere (?:does|do|should) [\w ]{1,30} (?:go|fit|come in) in (?:all )?(?:this|that|it)\b|"
             r"\b(?:explain|go (?:through|over)) (?:the|that|this|it)\b[^.?!]{0,40}\b(?:more|in more) "
-            r"(?:thoroughly|slowly|detail|depth|carefully)\b",
+            r"(?:thoroughly|slowly|detail|depth|carefully)\b|"
+            # round 16: "the first snippet was all I needed", "asked for one groupby, got ..."
+            r"\b(?:the first|the one|just the|only the) [\w -]{1,30} (?:was|is) all i (?:needed|"
+            r"wanted|asked for)\b|\basked for (?:one|a|an|just) [\w -]{1,20}, (?:got|and got|you "
+            r"gave me)\b|\bappreciate the (?:enthusiasm|effort|detail|thoroughness)\W+but\b|"
+            r"\bcould (?:the|it|this|that) (?:actual |whole )?(?:\w+ )?be (?:a bit |a little |much |way )?"
+            r"(?:less|more|shorter|longer|\w+er)\b|\b(?:about |roughly |maybe )?(?:a quarter|a third) "
+            r"of (?:this|that|it)\b|\bi need the (?:one|two|three|four|five|\d+) \w+|"
+            r"\b(?:one or two|a couple of|two or three) (?:things|items|bits|steps|points)\W*$|"
+            r"\bwhat do i (?:check|do|need|try|buy) first\b|"
+            r"^\W*(?:ok|okay|right|sure)\W+but what (?:do i do |about |if |when )|"
+            r"\b(?:is|'s|was|looks|are) (?:completely |totally |basically )?(?:unreadable|illegible|"
+            r"hard to (?:read|follow))\b",
             _I,
         ),
     ),
@@ -364,7 +380,7 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"smoothly)\b|\bi'?m (?:stealing|borrowing|keeping) (?:that|this|it)\b|"
             r"\bloved (?:it|this|that|the|these|those|your|how)\b|\bcomplimented\b|"
             # the outcome reported: "the kids scraped the pan clean", "huge hit"
-            r"\b(?:huge|big|real|massive|total|a) (?:hit|success)\b|\bscraped (?:the|their) "
+            r"\b(?:huge|big|real|massive|total|smash) (?:hit|success)\b|\b(?:was|is) a (?:hit|success)\b|\bscraped (?:the|their) "
             r"\w+ clean\b|\bwent down a (?:treat|storm)\b|\bcleared (?:the|their) plates?\b|"
             r"\b(?:that'?s|this is|just|exactly) (?:the \w+ |what )i (?:wanted|needed|asked for)\b",
             _I,
@@ -384,7 +400,10 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"\bi'?ll take it\b|\b(?:a )?fair (?:summary|answer|point|enough)\b|"
             r"\blegend\W*$|^\W*legend\b|\byou(?:'re| are) a legend\b|"
             r"\b(?:was|is|so|really|very|super|genuinely|actually|incredibly) useful\b|"
-            r"\bfirst time (?:in my life|ever|in years)\b|\bone of the (?:best|strongest)\b|"
+            r"\bfirst (?:time|one) (?:in my life|ever|in years|since)\b|\bworth the whole\b|"
+            r"\b(?:works|runs|shifts|rides|drives|sounds|looks) like new\b|\bwithout a single "
+            r"(?:skip|error|problem|issue|hiccup)\b|\bgot the (?:job|offer|place|flat|house|part|role|"
+            r"contract)\b|\bone of the (?:best|strongest)\b|"
             r"\bgot (?:an? )?(?:[A-F][+-]?|\d+(?:/\d+)?|full marks|top marks) (?:on|for) (?:it|this|"
             r"that|the \w+)\b|\bthe way i like (?:it|them)\b|"
             r"\byou were (?:right|spot on|correct)\b|\bfair play\b|\bis (?:pure )?gold\b|"

@@ -198,6 +198,32 @@ def bare_name(reply: str, answer: str) -> str | None:
 _TOKEN_RE = re.compile(r"[a-z][a-z0-9_]{4,}", _I)
 
 
+_CHAT_WORDS = frozenset(
+    [
+        "right",
+        "ok",
+        "okay",
+        "noted",
+        "yes",
+        "yeah",
+        "yep",
+        "sure",
+        "thanks",
+        "fine",
+        "good",
+        "cool",
+        "nice",
+        "got",
+        "it",
+        "mm",
+        "hmm",
+        "ah",
+        "oh",
+    ]
+)
+"""Words of an acknowledgement: never a spelling fix."""
+
+
 def near_miss(reply: str, answer: str) -> str | None:
     """A reply word one or two edits away from an answer word: a spelling or name fix.
 
@@ -209,7 +235,7 @@ def near_miss(reply: str, answer: str) -> str | None:
         return None
     answer_tokens = {t.lower() for t in _TOKEN_RE.findall(answer)}
     for token in (t.lower() for t in _TOKEN_RE.findall(reply)):
-        if token in answer_tokens:
+        if token in answer_tokens or token in _CHAT_WORDS:  # "mm right, noted" fixes no "light"
             continue
         for other in answer_tokens:
             if token.startswith(other) or other.startswith(token) or fold(token) == fold(other):

@@ -593,3 +593,49 @@ def test_round_15_phrasings_heard_after_first_sight(reply: str, score: int) -> N
     verdict = classify_next_state("user", reply)
     assert verdict.score == score, verdict
     assert (verdict.hint is not None) == (score == -1)
+
+
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        # round 16, first sight: sarcasm behind "appreciate" / "great" / an emoji in a quote
+        (
+            "asked for one groupby, got a short course. appreciate the enthusiasm, but the first "
+            "snippet was all I needed",
+            -1,
+        ),
+        ("ah great, the Evans Gambit 😅 can I get about a quarter of this?", -1),
+        ("'you're going to smash it! 💪' bless. could the actual advice be a bit less cheesy?", -1),
+        ("it'll match inside longer runs - '0770090012345' gives a hit", 0),  # no "a hit" praise
+        # failed fixes and details ignored
+        ("returns an empty list. every time.", -1),
+        ("the dashed ones don't match at all", -1),
+        ("07700-900123 was literally one of the examples I gave you", -1),
+        (
+            "did the add and the commit and now it says 'Committing is not possible'. what did I miss?",
+            -1,
+        ),
+        ("the stacked version is unreadable", -1),
+        ("my reviewer has been on at me about unreadable patterns, this is great", 1),
+        # the user's circumstances, asking for less
+        ("screensharing with my whole team watching, I need the three commands, now", -1),
+        ("I'm in the garden centre right now, what do I need to buy? one or two things", -1),
+        ("im in the shed with oily hands, what do I check FIRST", -1),
+        ("ok but what do I do when they don't play e5?", -1),
+        ("I'm a new grad. This sounds like someone else entirely.", -1),
+        # outcomes reported
+        ("quarter turn on the barrel adjuster and it shifts like new", 1),
+        ("it's unfurling a new leaf!! first one since march", 1),
+        ("GOT THE JOB. the panel loved my answer", 1),
+        ("that one line is worth the whole answer", 1),
+        ("that did it, thanks! while I'm here - how do I stop git nagging me on every pull?", 1),
+        # the world's things
+        ("mm right, noted", 0),
+        ("how long does it take to recover once you stop overwatering it?", 0),
+        ("pretty sure this is because someone force-pushed to main on friday, classic", 0),
+    ],
+)
+def test_round_16_phrasings_heard_after_first_sight(reply: str, score: int) -> None:
+    verdict = classify_next_state("user", reply)
+    assert verdict.score == score, verdict
+    assert (verdict.hint is not None) == (score == -1)
