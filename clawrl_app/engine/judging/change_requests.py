@@ -89,6 +89,10 @@ _FORM_TARGET_RE = re.compile(
     r"(?:just|only)(?: need| want)? the (?:answer|number|result|facts|code|command|gist|final \w+))",
     _I,
 )
+_JUST_DID_RE = re.compile(
+    r"^\W*(?:i )?(?:just|only) (?:\w+ed|sent|got|made|did|bought|ran|took|went|paid)\b", _I
+)
+"""News of what the user just did ("just booked the point-to-point tickets"), not a request."""
 _ANAPHORA_RE = re.compile(rf"\b(?:{_ANAPHORA})\b(?!\s+(?:is|was|are)\b)", _I)
 # "explain" / "tell me" ask for a new answer unless they point at this one ("explain why").
 _EXPLAIN_RE = re.compile(
@@ -457,7 +461,12 @@ def request_kind(clause: str) -> str | None:
         return None  # "can you draft ...": a verb we do not know, so a new task
     if _NEW_TASK_VERB_RE.search(core) and not _ANAPHORA_RE.search(core):
         return None
-    if _FORM_TARGET_RE.search(core) and _MARKER_RE.search(text) and len(core.split()) <= 12:
+    if (
+        _FORM_TARGET_RE.search(core)
+        and _MARKER_RE.search(text)
+        and len(core.split()) <= 12
+        and not _JUST_DID_RE.search(text)
+    ):
         return "request without a verb"
     return None
 
@@ -507,10 +516,14 @@ _NEGATED_RE = re.compile(r"(?:\bnot|n't|\bno|\bnever)\s+(?:an?\s+|the\s+)?$", _I
 
 def _complains(clause: str) -> bool:
     """Whether `clause` complains about the answer; a complaint noun after a negation
-    ("love that it's not a wall of text") is praise, not a complaint."""
+    ("love that it's not a wall of text") is praise, not a complaint, and so is "not too
+    long" (round 17), though "no, too long" complains."""
     for match in _COMPLAINT_RE.finditer(clause):
-        negated = _NEGATED_RE.search(clause[max(0, match.start() - 16) : match.start()])
-        if not negated or match.group(0).lower().startswith("too"):
+        before = clause[max(0, match.start() - 16) : match.start()]
+        negated = _NEGATED_RE.search(before)
+        if match.group(0).lower().startswith("too"):  # "no, too long"; "not too long" praises
+            negated = re.search(r"\bnot\s+$", before, _I)
+        if not negated:
             return True
     return False
 

@@ -145,7 +145,10 @@ CONTRADICTION_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ),
     (
         "too formal",
-        re.compile(rf"\b(?:too|a bit|bit|kinda|kind of|a little) (?:{_TONE_WORDS})\b", _I),
+        # not "just the right length, not too long" (round 17)
+        re.compile(
+            rf"(?<!\bnot )\b(?:too|a bit|bit|kinda|kind of|a little) (?:{_TONE_WORDS})\b", _I
+        ),
     ),
     (
         "you missed",

@@ -83,7 +83,7 @@ from clawrl_app.engine.judging.reply_signals import USER_NEGATIVE_PATTERNS, USER
 from clawrl_app.engine.judging.reply_values import bare_name, near_miss, replacement_value
 from clawrl_app.engine.judging.spelling import respell
 
-HEURISTIC_RULES_VERSION = "heuristic-v13"
+HEURISTIC_RULES_VERSION = "heuristic-v14"
 """Bump when any pattern below changes; recorded with every heuristic verdict."""
 
 _I = re.IGNORECASE
@@ -159,6 +159,13 @@ _GO_AHEAD_RE = re.compile(
 )
 _BUT_RE = re.compile(r"\b(?:but|though|however|although|except)\b", _I)
 _CONTRAST_RE = re.compile(r"\b(?:but|though|however|although|that said)\b\W*(\w.{7,})$", _I)
+_TOO_RE = re.compile(r"\btoo\b", _I)
+_WON_OVER_RE = re.compile(
+    r"\b(?:exactly|just|precisely) what i (?:needed|wanted|was after|was looking for)\b|"
+    r"\bcovered (?:literally |pretty much |basically |just about )?everything\b|"
+    r"\bworth (?:it|every word|the read|reading)\b|\bspot on\b",
+    _I,
+)
 _ASK_RE = re.compile(
     r"\b(?:can|could|would|will) (?:you|u)\b|\bwould you mind\b|\bany chance\b|"
     r"\b(?:can|could|may) i (?:get|have)\b|"
@@ -311,6 +318,9 @@ def _classify_words(said: str, text: str, answer: str, question: str) -> Heurist
     if rating is not None:
         kind = {1: "well", 0: "middling", -1: "badly"}[rating]
         return HeuristicVerdict(rating, f"user rates the answer {kind}")
+    won_over = _won_over(text, answer, question)
+    if won_over is not None:
+        return HeuristicVerdict(1, f"user acceptance signal: {won_over}, after a but")
     negative = _strong_correction(text, answer, question)
     if negative is not None:
         return _negative(said, negative)
@@ -350,6 +360,21 @@ def _classify_words(said: str, text: str, answer: str, question: str) -> Heurist
     if reply_model.read(text, answer) == -1:
         return _negative(said, "a request (word model)")
     return HeuristicVerdict(0, "no clear signal in the user reply")
+
+
+def _won_over(text: str, answer: str, question: str) -> str | None:
+    """The endorsement after a "but" that outweighs a remark on the answer's size before
+    it ("that's a lot of detail but honestly exactly what I needed", round 17), or None.
+    Not after "too ..." (a complaint stands) nor when the part after the "but" asks for
+    anything."""
+    turn = _CONTRAST_RE.search(text)
+    if turn is None or _TOO_RE.search(text[: turn.start()]):
+        return None
+    after = turn.group(1)
+    found = _WON_OVER_RE.search(after)
+    if found is None or _strong_correction(after, answer, question) or _asking(after):
+        return None
+    return found.group(0).lower()
 
 
 def _besides_approval(text: str) -> str:

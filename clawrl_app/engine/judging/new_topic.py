@@ -31,7 +31,7 @@ _MARKER_RE = re.compile(
     # anywhere, when a colon or a comma follows: "another thing while I remember: ..."
     rf"\b(?P<c>while i remember|before i forget|while i'?m here|{_TOPIC})\s*[:,\-\u2013\u2014]|"
     # "different thing: ...", "new one: ...": only with a colon or a dash after them
-    r"(?:^|[.!?;,]\s*)(?P<d>(?:a )?(?:different|new|other|separate) (?:thing|one))\s*[:\-\u2013\u2014]|"
+    r"(?:^|[.!?;,]\s*)(?P<d>(?:a )?(?:different|new|other|separate) (?:thing|one)|next one)\s*[:\-\u2013\u2014]|"
     # "separate thing, how do I ...": a comma will do after "thing" at the start
     r"^\W*(?P<e>(?:a )?(?:separate|different|unrelated|other) thing)\s*,",
     _I,
@@ -47,6 +47,12 @@ _AWAY_RE = re.compile(
     r"(?:let me|i'?ll|i will) (?:try|test|run|check) (?:it|this|that)(?: out)? (?:and|then) "
     r"(?:get back to you|report back|let you know))\b",
     _I,
+)
+
+
+# words that size the new question, not the answer: "short unrelated question, ..." (round 17)
+_SIZE_OF_QUESTION_RE = re.compile(
+    r"(?:\b(?:a|one|short|quick|small|little|tiny|random|silly|dumb|totally|completely)\s*)+$", _I
 )
 
 
@@ -67,7 +73,8 @@ def new_topic(text: str) -> NewTopic | None:
     if match is None:
         return None
     name = next(g for g in ("m", "c", "d", "e") if match.group(g))
-    return NewTopic(plain[: match.start(name)].strip(" ,;:-\u2014"), match.group(name))
+    before = _SIZE_OF_QUESTION_RE.sub("", plain[: match.start(name)])
+    return NewTopic(before.strip(" ,;:-\u2014"), match.group(name))
 
 
 # "to answer your question, it's windows 11": what follows answers the assistant's question

@@ -13,6 +13,12 @@ _I = re.IGNORECASE
 _CODE_THINGS = r"tests?|build|script|code|query|command"
 """What of an answer's code can fail or be broken."""
 
+_NOT_REPORTED = (
+    r"(?<!\bsay you're )(?<!\bsay you are )(?<!\bsays you're )(?<!\bsay it's )"
+    r"(?<!\bsay i'm )(?<!\bsaid you're )(?<!\bthink you're )(?<!\bnothing )(?<!\bnot a thing )"
+)
+"""No reported speech before a word ("he'll say you're wrong no matter what")."""
+
 USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "no",
@@ -24,18 +30,29 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ),
     (
         "wrong",
-        # not in reported speech: "he'll say you're wrong no matter what"
+        # not in reported speech: "he'll say you're wrong no matter what", nor in a question
+        # about the user's own "if": "what happens if I get the W-4 wrong, is there a fine?"
+        # (round 17)
         re.compile(
-            r"(?<!\bsay you're )(?<!\bsay you are )(?<!\bsays you're )(?<!\bsay it's )"
-            r"(?<!\bsay i'm )(?<!\bsaid you're )(?<!\bthink you're )(?<!\bnothing )"
-            r"(?<!\bnot a thing )\bwrong\b(?!\s+(?:evening|night|day|week|moment|month|year) to\b)",
+            rf"{_NOT_REPORTED}\bwrong\b(?!\s+(?:evening|night|day|week|moment|month|year) to\b)"
+            r"(?![^.!?]*\?)|"
+            r"(?:^|[.!?]\s*)(?![^.!?]*\bif (?:i|we|you|they|someone) [^.!?]*\bwrong\b)[^.!?]*"
+            rf"{_NOT_REPORTED}\bwrong\b(?=[^.!?]*\?)",
             _I,
         ),
     ),
     ("incorrect", re.compile(r"\bincorrect\b", _I)),
     ("not what I asked", re.compile(r"\bnot what i (?:asked|wanted|meant)\b", _I)),
     ("try again", re.compile(r"\btry (?:it )?again\b", _I)),
-    ("again", re.compile(r"(?<!thanks )(?<!thank you )\bagain\b", _I)),
+    (
+        "again",
+        # not a retry that worked: "ran it again and it imported fine, cheers" (round 17)
+        re.compile(
+            r"(?<!thanks )(?<!thank you )\bagain\b(?!\s+and (?:now )?(?:it|that|this)\b[^.!?]{0,30}"
+            r"\b(?:fine|worked|works|perfectly|no problem)\b)",
+            _I,
+        ),
+    ),
     ("redo", re.compile(r"\bre-?do\b", _I)),
     ("I said", re.compile(r"\bi said\b", _I)),
     ("I asked", re.compile(r"\bi asked\b", _I)),
@@ -63,7 +80,7 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             _I,
         ),
     ),
-    ("too long", re.compile(r"\btoo (?:long|short|verbose|wordy)\b", _I)),
+    ("too long", re.compile(r"(?<!\bnot )\btoo (?:long|short|verbose|wordy)\b", _I)),
     (
         "instead",
         # not in a question about what the user does ("should I be checking it ... instead?"),
@@ -235,6 +252,44 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ),
     ),
     (
+        "fix failed",
+        # round 17: "did python -m pip install requests like you said, still
+        # ModuleNotFoundError", "selected the interpreter and nope, same error"
+        re.compile(
+            r"\b(?:like|as) (?:you (?:said|suggested|told me)|suggested)\b[^.!?]{0,60}\b(?:still|same)\b|"
+            r"\b(?:nope|no luck|no joy|no dice|no change)\W+(?:same|still)\b|"
+            r"\bsame (?:error|problem|issue|message|result)\b(?!\s+as\b)|"
+            r"\bit'?s still (?:flat|broken|failing|dead|the same|not \w+ing|doing it|happening)\b|"
+            r"\bthat (?:wouldn'?t|won'?t|doesn'?t|can'?t) (?:help|work|fix)\b",
+            _I,
+        ),
+    ),
+    (
+        "misses the point",
+        # "This doesn't tell me whether I'll owe or not, which was the whole point."
+        re.compile(
+            r"\b(?:this|that|it|the answer) (?:doesn'?t|does not|didn'?t|did not) (?:tell|show) me\b|"
+            r"\bwhich was the (?:whole|entire|only|main) (?:point|question)\b|"
+            r"\b(?:rushed|skipped|glossed) (?:past|over|through)\b|\bexpand on\b|"
+            r"\b(?:needs|has|have) to be (?:under|below|less than|at most|no more than|within|"
+            r"shorter|one|a single)\b",
+            _I,
+        ),
+    ),
+    (
+        "talks down",
+        # "i'm a dev, you don't need to explain what a terminal is. talk to me at my level"
+        re.compile(
+            r"\byou (?:don'?t|do not) (?:need|have) to explain\b|"
+            r"\b(?:talk|speak|write) to me (?:at my level|like an? (?:adult|grown-?up|"
+            r"professional|colleague|peer|dev|developer|engineer))\b|"
+            r"\btone (?:it |this |that |things |the [\w-]+ )?down\b|"
+            # a wish for another form: "would love this as a grid: ..."
+            r"\b(?:would|'d) love (?:it|this|that|them) (?:as|in) (?:a|an|one|two|bullet|plain)\b",
+            _I,
+        ),
+    ),
+    (
         "longer on it",
         re.compile(r"\b(?:spend|take|go|stay) (?:\w+ ){0,2}longer on (?:it|this|that|each)\b", _I),
     ),
@@ -306,7 +361,11 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("next,", re.compile(r"\bnext\s*[,:]", _I)),
     ("now let's", re.compile(r"\bnow let'?s\b", _I)),
     ("ok, now", re.compile(r"\b(?:ok|okay)\s*,?\s*now\b", _I)),
-    ("love it", re.compile(r"\blove (?:it|this|that)\b", _I)),
+    (
+        "love it",
+        # not a wish: "would love this as a grid: ..." asks for another form (round 17)
+        re.compile(r"(?<!would )(?<!'d )\blove (?:it|this|that)\b(?!\s+(?:as|in|with|if)\b)", _I),
+    ),
     ("sweet", re.compile(r"\b(?:sweet|neat|good one|much better|not bad)\b", _I)),
     (
         "better",
@@ -407,7 +466,10 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"\bgot (?:an? )?(?:[A-F][+-]?|\d+(?:/\d+)?|full marks|top marks) (?:on|for) (?:it|this|"
             r"that|the \w+)\b|\bthe way i like (?:it|them)\b|"
             r"\byou were (?:right|spot on|correct)\b|\bfair play\b|\bis (?:pure )?gold\b|"
-            r"(?:^|[.!]\s*)keeping (?:that|this|it)\b|\bsorted (?:it|this|that)\b",
+            r"(?:^|[.!]\s*)keeping (?:that|this|it)\b|\bsorted (?:it|this|that)\b|"
+            # round 17: "bingo", "yep, that was the culprit", "..., brilliant", "saved a ton"
+            r"^\W*bingo\b|\bthat was (?:the|my) (?:culprit|problem|issue|fix)\b|,\s*brilliant\W*$|"
+            r"\bsaved (?:me )?(?:a ton|a fortune|loads|heaps|a bundle|so much)\b",
             _I,
         ),
     ),

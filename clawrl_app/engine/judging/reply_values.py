@@ -69,6 +69,13 @@ _MAX_SHORT_WORDS = 6
 _NEW_QUESTION_RE = re.compile(
     r"^\W*(?:who|what|whats|when|where|which|why|how|can|could|would|do|does|is|are)\b", _I
 )
+_LATER_QUESTION_RE = re.compile(
+    r"[.!?]\s+(?:(?:anyway|so|ok|okay|also|and|btw|oh|right)\W+)?"
+    r"(?:who|what|whats|when|where|which|why|how)\b",
+    _I,
+)
+"""A new question after a first sentence about something else, with no word that frames
+a correction."""
 # A statement about the user ("We went there in 2015.", "My flight is on Friday."): news,
 # not a value put in place of the answer's, unless framed as a correction.
 # A new task that happens to carry a number ("Convert 20 euros to dollars.").
@@ -132,6 +139,8 @@ def replacement_value(reply: str, answer: str) -> str | None:
         return None
     if _NEW_QUESTION_RE.search(reply):
         return None
+    if _LATER_QUESTION_RE.search(reply) and not _framed_by_words(reply):
+        return None  # "long day here. anyway, what's the difference between a W-4 and a W-9?"
     if _ABOUT_ME_RE.search(reply) and not _framed_by_words(reply):
         return None
     if _NEW_TASK_RE.search(reply) and not _FRAMING_RE.search(reply):

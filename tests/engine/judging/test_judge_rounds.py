@@ -131,7 +131,9 @@ ROUNDS: dict[int, list[tuple[str, int]]] = {
         ),
         ("ah great, the Evans Gambit 😅 can I get about a quarter of this?", -1),
         ("'you're going to smash it! 💪' bless. could the actual advice be a bit less cheesy?", -1),
-        ("it'll match inside longer runs - '0770090012345' gives a hit", 0),  # no "a hit" praise
+        # no "a hit" praise (the whole reply describes a bug: the word model hears it since
+        # round 17's rows, so the case keeps only the words the rules must leave alone)
+        ("'0770090012345' gives a hit", 0),
         # failed fixes and details ignored
         ("returns an empty list. every time.", -1),
         ("the dashed ones don't match at all", -1),
@@ -158,6 +160,38 @@ ROUNDS: dict[int, list[tuple[str, int]]] = {
         ("mm right, noted", 0),
         ("how long does it take to recover once you stop overwatering it?", 0),
         ("pretty sure this is because someone force-pushed to main on friday, classic", 0),
+    ],
+    17: [
+        # round 17, first sight: corrections read as approval ("love this as", "sending it")
+        ("would love this as a grid: what I see in one column, what it means in the other", -1),
+        ("needs to be under 50 words, I'm sending it as a text not a letter", -1),
+        ("love this, thank you", 1),
+        # fixes that failed, the point missed, talking down, more wanted
+        ("did the reinstall like you said, still the same crash", -1),
+        ("switched the setting and nope, same error", -1),
+        ("fed it twice a day for three more days and it's still flat", -1),
+        ("This doesn't tell me whether I'll owe or not, which was the whole point.", -1),
+        ("Could you expand on the ratio bit? You rushed past it", -1),
+        ("i'm a dev, you don't need to explain what a terminal is", -1),
+        ("my plants are dying, could you tone down the pep a bit?", -1),
+        ("is this the same error as the one before?", 0),
+        # the user's own "if", a question sized by its adjective, a question after news
+        ("what happens if I get the form wrong, is there a fine?", 0),
+        ("why is this wrong?", -1),
+        ("short unrelated question, can I keep the starter in the fridge?", 0),
+        ("long day here. anyway, what's the difference between a W-4 and a W-9?", 0),
+        ("next one: I need a formula that counts the rows that say 'pending'", 0),
+        # outcomes and praise after a remark on the size
+        ("ran it again and it worked fine, cheers", 1),
+        ("try it again", -1),
+        ("the note is just the right length, not too long, I'm sending it as is", 1),
+        ("that's a lot of detail but honestly exactly what I needed, thank you", 1),
+        ("wasn't expecting such a long answer but it covered literally everything", 1),
+        ("that's a lot of detail, too long really, but spot on", -1),
+        ("just booked the point-to-point tickets, saved a ton. thank you!", 1),
+        ("copied it straight into my notes, brilliant", 1),
+        ("bingo", 1),
+        ("yep, that was the culprit", 1),
     ],
 }
 
