@@ -347,9 +347,10 @@ def report(
         "",
         *form_table(runs),
         "",
-        "Degeneration on each user's form pool (its held-out prompts and every other user's, "
-        "~50 prompts none is trained on, greedy, at the user's max_tokens; the served version "
-        "after the last block against the base):",
+        "Degeneration on each user's form pool (its held-out prompts, every other user's and "
+        "120 more of the same kinds, ~170 prompts none is trained on, `bench/learn_pool.py`; "
+        "greedy, at the user's max_tokens; the served version after the last block against "
+        "the base):",
         "",
         *pool_table(runs),
         "",
