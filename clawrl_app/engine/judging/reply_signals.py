@@ -36,7 +36,7 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         re.compile(
             rf"{_NOT_REPORTED}\bwrong\b(?!\s+(?:evening|night|day|week|moment|month|year) to\b)"
             r"(?![^.!?]*\?)|"
-            r"(?:^|[.!?]\s*)(?![^.!?]*\bif (?:i|we|you|they|someone) [^.!?]*\bwrong\b)[^.!?]*"
+            r"(?:^|[.!?]\s*)(?![^.!?]*\bif\b[^.!?]*\bwrong\b)[^.!?]*"
             rf"{_NOT_REPORTED}\bwrong\b(?=[^.!?]*\?)",
             _I,
         ),
@@ -258,6 +258,8 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         re.compile(
             r"\b(?:like|as) (?:you (?:said|suggested|told me)|suggested)\b[^.!?]{0,60}\b(?:still|same)\b|"
             r"\b(?:nope|no luck|no joy|no dice|no change)\W+(?:same|still)\b|"
+            # not the user's own: "I've had the same issue for months, this fixed it!"
+            r"(?<!\bhad the )(?<!\bhave the )(?<!\bhaving the )(?<!\bhas the )(?<!\bsolved the )"
             r"\bsame (?:error|problem|issue|message|result)\b(?!\s+as\b)|"
             r"\bit'?s still (?:flat|broken|failing|dead|the same|not \w+ing|doing it|happening)\b|"
             r"\bthat (?:wouldn'?t|won'?t|doesn'?t|can'?t) (?:help|work|fix)\b",
@@ -271,21 +273,21 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
             r"\b(?:this|that|it|the answer) (?:doesn'?t|does not|didn'?t|did not) (?:tell|show) me\b|"
             r"\bwhich was the (?:whole|entire|only|main) (?:point|question)\b|"
             r"\b(?:rushed|skipped|glossed) (?:past|over|through)\b|\bexpand on\b|"
-            r"\b(?:needs|has|have) to be (?:under|below|less than|at most|no more than|within|"
-            r"shorter|one|a single)\b",
+            # a size for the answer, at the start: "needs to be under 50 words, ..."
+            r"(?:^|[.!?;,]\s*)(?:it |this |that |the answer |the \w+ you wrote )?(?:needs|has) to be "
+            r"(?:under|below|less than|at most|no more than|within|shorter|one|a single)\b",
             _I,
         ),
     ),
     (
-        "talks down",
+        "tone or level",
         # "i'm a dev, you don't need to explain what a terminal is. talk to me at my level"
         re.compile(
             r"\byou (?:don'?t|do not) (?:need|have) to explain\b|"
             r"\b(?:talk|speak|write) to me (?:at my level|like an? (?:adult|grown-?up|"
             r"professional|colleague|peer|dev|developer|engineer))\b|"
-            r"\btone (?:it |this |that |things |the [\w-]+ )?down\b|"
-            # a wish for another form: "would love this as a grid: ..."
-            r"\b(?:would|'d) love (?:it|this|that|them) (?:as|in) (?:a|an|one|two|bullet|plain)\b",
+            r"\btone (?:it|this|that|things) down\b|\btone down the (?:pep|cheer\w*|enthusiasm|"
+            r"excitement|emoji\w*|exclamation\w*|hype|positivity|energy|jargon|formality|sales\w*)\b",
             _I,
         ),
     ),
@@ -307,7 +309,9 @@ USER_NEGATIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         re.compile(
             r"\b(?:set|lay) (?:it|this|that|them|these|those) out\b|"
             r"\b(?:turn|put|present|format|arrange|recast|redo|rewrite) (?:it|this|that|them|"
-            r"these|those) (?:as|into) (?:a|an|one|two|three|\d+)\b",
+            r"these|those) (?:as|into) (?:a|an|one|two|three|\d+)\b|"
+            # a wish for another form: "would love this as a grid: ..." (round 17)
+            r"\b(?:would|'d) love (?:it|this|that|them) (?:as|in) (?:a|an|one|two|bullet|plain)\b",
             _I,
         ),
     ),
@@ -364,7 +368,7 @@ USER_POSITIVE_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "love it",
         # not a wish: "would love this as a grid: ..." asks for another form (round 17)
-        re.compile(r"(?<!would )(?<!'d )\blove (?:it|this|that)\b(?!\s+(?:as|in|with|if)\b)", _I),
+        re.compile(r"(?<!would )(?<!'d )\blove (?:it|this|that)\b(?!\s+as\b)", _I),
     ),
     ("sweet", re.compile(r"\b(?:sweet|neat|good one|much better|not bad)\b", _I)),
     (

@@ -166,6 +166,7 @@ ROUNDS: dict[int, list[tuple[str, int]]] = {
         ("would love this as a grid: what I see in one column, what it means in the other", -1),
         ("needs to be under 50 words, I'm sending it as a text not a letter", -1),
         ("love this, thank you", 1),
+        ("love this in particular: the second tip", 1),
         # fixes that failed, the point missed, talking down, more wanted
         ("did the reinstall like you said, still the same crash", -1),
         ("switched the setting and nope, same error", -1),
@@ -174,10 +175,14 @@ ROUNDS: dict[int, list[tuple[str, int]]] = {
         ("Could you expand on the ratio bit? You rushed past it", -1),
         ("i'm a dev, you don't need to explain what a terminal is", -1),
         ("my plants are dying, could you tone down the pep a bit?", -1),
+        ("How do I tone down the colour of this paint?", 0),
+        ("my cover letter needs to be under one page, can you help me write one?", 0),
         ("is this the same error as the one before?", 0),
+        ("I've had the same issue for months, this fixed it!", 1),
         # the user's own "if", a question sized by its adjective, a question after news
         ("what happens if I get the form wrong, is there a fine?", 0),
         ("why is this wrong?", -1),
+        ("what happens if the cake comes out wrong?", 0),
         ("short unrelated question, can I keep the starter in the fridge?", 0),
         ("long day here. anyway, what's the difference between a W-4 and a W-9?", 0),
         ("next one: I need a formula that counts the rows that say 'pending'", 0),
