@@ -512,6 +512,7 @@ def change_request(text: str) -> str | None:
 
 
 _NEGATED_RE = re.compile(r"(?:\bnot|n't|\bno|\bnever)\s+(?:an?\s+|the\s+)?$", _I)
+_NOT_BEFORE_RE = re.compile(r"\bnot\s+$", _I)
 
 
 def _complains(clause: str) -> bool:
@@ -520,10 +521,9 @@ def _complains(clause: str) -> bool:
     long" (round 17), though "no, too long" complains."""
     for match in _COMPLAINT_RE.finditer(clause):
         before = clause[max(0, match.start() - 16) : match.start()]
-        negated = _NEGATED_RE.search(before)
-        if match.group(0).lower().startswith("too"):  # "no, too long"; "not too long" praises
-            negated = re.search(r"\bnot\s+$", before, _I)
-        if not negated:
+        # "no, too long" complains; "not too long" praises
+        too = match.group(0).lower().startswith("too")
+        if not (_NOT_BEFORE_RE if too else _NEGATED_RE).search(before):
             return True
     return False
 

@@ -66,13 +66,10 @@ _FRAMING_RE = re.compile(
     _I,
 )
 _MAX_SHORT_WORDS = 6
-_NEW_QUESTION_RE = re.compile(
-    r"^\W*(?:who|what|whats|when|where|which|why|how|can|could|would|do|does|is|are)\b", _I
-)
+_WH_WORDS = r"who|what|whats|when|where|which|why|how"
+_NEW_QUESTION_RE = re.compile(rf"^\W*(?:{_WH_WORDS}|can|could|would|do|does|is|are)\b", _I)
 _LATER_QUESTION_RE = re.compile(
-    r"[.!?]\s+(?:(?:anyway|so|ok|okay|also|and|btw|oh|right)\W+)?"
-    r"(?:who|what|whats|when|where|which|why|how)\b",
-    _I,
+    rf"[.!?]\s+(?:(?:anyway|so|ok|okay|also|and|btw|oh|right)\W+)?(?:{_WH_WORDS})\b", _I
 )
 """A new question after a first sentence about something else, with no word that frames
 a correction."""
